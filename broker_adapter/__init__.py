@@ -1,0 +1,46 @@
+"""chronoq's message layer: timed messages, abort messages, consumer groups.
+
+``open_broker(url)`` opens an adapter; the embedded RocksDB broker
+(``rocksdb://PATH``) is the default everywhere.
+"""
+
+from broker_adapter.base import BrokerAdapter, Consumer, SendCallback
+from broker_adapter.clock import Clock, ManualClock, SystemClock
+from broker_adapter.errors import ChronoqError
+from broker_adapter.message import DELAY_LEVELS, Message
+from broker_adapter.results import (
+    AbortResult,
+    AbortStatus,
+    BrokerStats,
+    GroupStats,
+    MessageState,
+    MessageView,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+    TopicStats,
+)
+from broker_adapter.urls import open_broker
+
+__all__ = [
+    "DELAY_LEVELS",
+    "AbortResult",
+    "AbortStatus",
+    "BrokerAdapter",
+    "BrokerStats",
+    "ChronoqError",
+    "Clock",
+    "Consumer",
+    "GroupStats",
+    "ManualClock",
+    "Message",
+    "MessageState",
+    "MessageView",
+    "ReceivedMessage",
+    "SendCallback",
+    "SendResult",
+    "SendStatus",
+    "SystemClock",
+    "TopicStats",
+    "open_broker",
+]

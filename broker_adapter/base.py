@@ -1,0 +1,282 @@
+"""The ``BrokerAdapter`` contract. Its docstrings are the contract: every adapter
+(embedded RocksDB, remote server, Redis) keeps each sentence, and
+``tests/conformance/`` has a test for each.
+
+Delivery is at least once: a message may reach a consumer group more than once
+(after an invisible-time expiry or a broker crash) and its ``msg_id`` stays the
+same, so the id is the idempotency key downstream.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Self
+
+from broker_adapter.message import Message
+from broker_adapter.results import (
+    AbortResult,
+    BrokerStats,
+    MessageView,
+    ReceivedMessage,
+    SendResult,
+)
+
+#: Called by ``send_async`` with exactly one of a result or an exception.
+SendCallback = Callable[[SendResult | None, BaseException | None], None]
+
+DEFAULT_INVISIBLE_MS = 60_000
+DEFAULT_MAX_ATTEMPTS = 16
+DEFAULT_MAX_INFLIGHT = 1_000
+DEFAULT_MAX_INFLIGHT_BYTES = 100 * 1024 * 1024
+#: RocketMQ's retry schedule: attempt ``n`` (1-based) waits delay level ``2 + n``,
+#: i.e. 10 s, 30 s, 1 m, 2 m, ... 2 h, then stays at 2 h.
+RETRY_LEVEL_OFFSET = 2
+
+
+def retry_backoff_ms(attempt: int) -> int:
+    """Backoff before redelivery after failed delivery number ``attempt`` (1-based)."""
+    from broker_adapter.message import DELAY_LEVELS
+
+    level = min(attempt + RETRY_LEVEL_OFFSET, len(DELAY_LEVELS))
+    return DELAY_LEVELS[max(level, 1) - 1]
+
+
+def retry_topic(group: str) -> str:
+    """The topic where a group's retries wait: ``%RETRY%<group>``."""
+    return f"%RETRY%{group}"
+
+
+def dead_letter_topic(group: str) -> str:
+    """The dead-letter topic of a group: ``%DLQ%<group>`` (consumers may subscribe to it)."""
+    return f"%DLQ%{group}"
+
+
+class Consumer(abc.ABC):
+    """One member of a consumer group, pulling from its topics.
+
+    Each group gets every message of its topics; members of one group share
+    them. A consumer is a context manager; leaving it closes it.
+    """
+
+    group: str
+    topics: tuple[str, ...]
+
+    @abc.abstractmethod
+    def pull(self, max_messages: int = 32, wait_ms: int = 1000) -> list[ReceivedMessage]:
+        """Take up to ``max_messages`` fired messages of this group's topics.
+
+        Long poll: returns as soon as at least one message is there, or an empty
+        list after ``wait_ms`` milliseconds (``0`` does not wait). Messages of one
+        topic come in the order they fired. A pulled message is invisible to the
+        group until acked, nacked or until its invisible time (``invisible_ms``,
+        default 60 s) passes; then it is delivered again with ``attempts`` + 1.
+        Flow control: while this consumer holds ``max_inflight`` messages (default
+        1,000) or ``max_inflight_bytes`` of bodies (default 100 MiB), pull returns
+        no more (waiting up to ``wait_ms`` for room) until some are acked or nacked.
+
+        :raises InvalidArgument: for ``max_messages`` < 1 or ``wait_ms`` < 0.
+        :raises BrokerClosed: when the consumer or its broker is closed.
+        """
+
+    @abc.abstractmethod
+    def ack(self, message: ReceivedMessage) -> bool:
+        """Mark the message consumed by this group.
+
+        Returns ``True`` if it was in flight here, ``False`` if not (already acked,
+        nacked, or its invisible time passed and it went back for redelivery); a
+        second ack changes nothing.
+
+        :raises BrokerClosed: when the consumer or its broker is closed.
+        """
+
+    @abc.abstractmethod
+    def nack(
+        self, message: ReceivedMessage, delay_ms: int | None = None, reason: str | None = None
+    ) -> bool:
+        """Give the message back for a later retry of this group only.
+
+        It is delivered again after ``delay_ms``, or by default after RocketMQ's
+        backoff for its attempt (10 s, 30 s, 1 m, ... 2 h). When it has been
+        delivered ``max_attempts`` times (default 16) it goes instead to the
+        dead-letter topic ``%DLQ%<group>`` and its state becomes ``DEAD``;
+        ``reason`` is recorded and shown by ``query``. Returns ``False`` (doing
+        nothing) when the message was not in flight here.
+
+        :raises InvalidArgument: for a negative ``delay_ms``.
+        :raises BrokerClosed: when the consumer or its broker is closed.
+        """
+
+    @abc.abstractmethod
+    def dead_letter(self, message: ReceivedMessage, reason: str) -> bool:
+        """Move the message to ``%DLQ%<group>`` now, recording ``reason``.
+
+        For failures no retry can fix (e.g. an unknown job). Returns ``False``
+        (doing nothing) when the message was not in flight here.
+
+        :raises BrokerClosed: when the consumer or its broker is closed.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop consuming. Messages still in flight here are released for
+        redelivery at once (``attempts`` + 1). Closing twice is harmless."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class BrokerAdapter(abc.ABC):
+    """A broker of timed messages: send, abort, query, consume.
+
+    A broker is a context manager; leaving it closes it. All methods are safe
+    to call from several threads.
+    """
+
+    @abc.abstractmethod
+    def send(self, message: Message) -> SendResult:
+        """Store ``message`` for delivery at its time.
+
+        Returns ``SendResult(OK, msg_id, deliver_at_ms)`` once the message is
+        durable: from then on it is delivered or aborted, never lost, also if the
+        process is killed. ``deliver_at_ms`` is when it is due (a time in the past
+        means now). If the topic already has a *pending* message with the same
+        ``key``, nothing is stored and the result is ``DUPLICATE`` with that
+        message's id and time: sends with a key are idempotent.
+
+        :raises MessageTooLarge: when the body is over the broker's max size
+            (default 4 MiB); nothing is stored.
+        :raises InvalidDelay: when the due time is past the broker's max delay
+            (default 10 years); nothing is stored.
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        """Send several messages at once, all or nothing; results in input order.
+
+        The same rules as ``send`` apply to each message, and to keys repeated
+        within the batch (the second is a ``DUPLICATE`` of the first). If any
+        message is invalid, the error is raised and none is stored.
+
+        :raises MessageTooLarge: see ``send``.
+        :raises InvalidDelay: see ``send``.
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def send_async(self, message: Message, callback: SendCallback) -> None:
+        """Send without waiting; ``callback(result, None)`` or ``callback(None, error)``
+        is called exactly once, on another thread, when the send completes.
+
+        :raises InvalidMessage: at once, for what can be checked without the broker.
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def send_oneway(self, message: Message) -> None:
+        """Send and forget: no result, no callback; errors are logged, not raised
+        (except a closed broker). ``flush()`` waits until such sends are stored.
+
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """Wait until every ``send_async``/``send_oneway`` made before has completed."""
+
+    @abc.abstractmethod
+    def abort(
+        self, msg_id: str | None = None, *, key: str | None = None, topic: str | None = None
+    ) -> AbortResult:
+        """Cancel a pending message, by ``msg_id`` or by ``key`` and ``topic``.
+
+        The abort takes effect when it arrives and is durable: ``ABORTED`` means
+        the message will never be delivered, whatever the race with its fire time.
+        ``ALREADY_DELIVERED`` means it had fired before the abort arrived (it may
+        be ready, in flight or done). ``NOT_FOUND`` means no such message (for a
+        key: no message with that key on that topic). Aborting twice answers
+        ``ABORTED`` twice. After an abort the key is free for a new message.
+
+        :raises InvalidArgument: unless exactly one of ``msg_id`` or
+            (``key`` and ``topic``) is given.
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def query(self, msg_id: str) -> MessageView | None:
+        """The message's current view in any state, or ``None`` for an unknown id
+        (a malformed id is unknown too).
+
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def pending(
+        self,
+        topic: str | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        limit: int = 100,
+    ) -> list[MessageView]:
+        """Up to ``limit`` messages not yet due, in due-time order, optionally only
+        of ``topic`` and due in ``[start_ms, end_ms)``.
+
+        :raises InvalidArgument: for ``limit`` < 1.
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def consumer(
+        self,
+        group: str,
+        topics: Iterable[str],
+        *,
+        invisible_ms: int = DEFAULT_INVISIBLE_MS,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+    ) -> Consumer:
+        """A member of consumer ``group`` on ``topics`` (and the group's retries).
+
+        A group seen for the first time starts at the oldest fired message still
+        retained on its topics, so nothing that fired before it connected is
+        skipped. Two groups on one topic each get every message.
+
+        :raises InvalidTopic: for a bad topic or group name.
+        :raises InvalidArgument: for non-positive limits.
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def stats(self) -> BrokerStats:
+        """Counters: pending and fired per topic; ready, in flight, dead and acked per group.
+
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Flush pending async sends, stop background threads and release the
+        broker's resources. Closing twice is harmless; any other call afterwards
+        raises ``BrokerClosed``."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

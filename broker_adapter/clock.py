@@ -1,0 +1,85 @@
+"""Clocks: the system's, and a manual one tests advance by hand.
+
+Brokers read time only through a :class:`Clock`, so tests never sleep for a
+long delay: they advance a :class:`ManualClock` and the broker's timing wheel
+wakes up at once (clocks tell listeners when they jump).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Wall-clock time in epoch milliseconds."""
+
+    def now_ms(self) -> int:
+        """The current time, epoch ms."""
+        ...
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` whenever time jumps (never, for the system clock)."""
+        ...
+
+    def unsubscribe(self, listener: Callable[[], None]) -> None:
+        """Stop calling ``listener``."""
+        ...
+
+
+class SystemClock:
+    """The machine's wall clock (``time.time()``)."""
+
+    def now_ms(self) -> int:
+        """The current time, epoch ms."""
+        return int(time.time() * 1000)
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """The system clock never jumps on purpose: nothing to subscribe to."""
+
+    def unsubscribe(self, listener: Callable[[], None]) -> None:
+        """Nothing to unsubscribe."""
+
+
+class ManualClock:
+    """A clock that moves only when told; listeners hear every move.
+
+    :param start_ms: the initial time, epoch ms.
+    """
+
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self._now = start_ms
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
+
+    def now_ms(self) -> int:
+        """The current (manual) time, epoch ms."""
+        return self._now
+
+    def advance(self, ms: int) -> int:
+        """Move time forward by ``ms`` and wake listeners; returns the new time."""
+        if ms < 0:
+            raise ValueError("a ManualClock only moves forward")
+        with self._lock:
+            self._now += ms
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+        return self._now
+
+    def set(self, now_ms: int) -> None:
+        """Jump to ``now_ms`` (not backwards) and wake listeners."""
+        self.advance(now_ms - self._now)
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every move."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Callable[[], None]) -> None:
+        """Stop calling ``listener``."""
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)

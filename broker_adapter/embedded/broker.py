@@ -1,0 +1,698 @@
+"""EmbeddedBroker: the default broker, in process, on a RocksDB timing wheel.
+
+Threads: callers (send, abort, query, pull) and one *wheel thread* that fires
+due messages, refills the near window, redelivers messages whose invisible time
+passed and persists group cursors. A second thread serves ``send_async`` and
+``send_oneway`` in batches. Locks: ``_lock`` guards the wheel, sequence numbers,
+topics and counters; each group has its own lock, always taken before ``_lock``.
+Key layout: :mod:`broker_adapter.embedded.keys`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from broker_adapter.base import (
+    DEFAULT_INVISIBLE_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_INFLIGHT,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+    BrokerAdapter,
+    Consumer,
+    SendCallback,
+    dead_letter_topic,
+    retry_backoff_ms,
+    retry_topic,
+)
+from broker_adapter.clock import Clock, SystemClock
+from broker_adapter.embedded import keys as K
+from broker_adapter.embedded.async_sender import AsyncSender
+from broker_adapter.embedded.groups import ConsumerGroup, EmbeddedConsumer, Flight
+from broker_adapter.embedded.query import MessageQuery
+from broker_adapter.embedded.records import (
+    encode,
+    record_id,
+    with_topic_and_attempts,
+)
+from broker_adapter.embedded.store import RocksStore
+from broker_adapter.embedded.timing_wheel import TimingWheel
+from broker_adapter.errors import (
+    BrokerClosed,
+    InvalidArgument,
+    InvalidDelay,
+    MessageTooLarge,
+)
+from broker_adapter.message import Message, check_topic
+from broker_adapter.results import (
+    AbortResult,
+    AbortStatus,
+    BrokerStats,
+    GroupStats,
+    MessageView,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+    TopicStats,
+)
+from broker_adapter.urls import split_url
+
+log = logging.getLogger("chronoq.broker_adapter.EmbeddedBroker")
+log.addHandler(logging.NullHandler())
+
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_DELAY_MS = 10 * 366 * 24 * 3600 * 1000
+DEFAULT_RETENTION_MS = 72 * 3600 * 1000
+_SEQ_BLOCK = 1 << 20
+_OK, _DUP = SendStatus.OK, SendStatus.DUPLICATE
+
+
+class EmbeddedBroker(BrokerAdapter):
+    """The embedded broker on a RocksDB directory (``rocksdb://PATH``).
+
+    :param path: data directory; one process owns it at a time.
+    :param clock: time source (a ``ManualClock`` in tests).
+    :param durability: ``"wal"`` (default: survives ``kill -9``), ``"sync"``
+        (fsync per send: survives power loss) or ``"fast"`` (no WAL).
+    :param max_body_bytes: largest body (plus properties) accepted.
+    :param max_delay_ms: the furthest ahead a message may be due.
+    :param window_ms: the near window of the timing wheel held in memory.
+    :param retention_ms: how long fired messages stay readable for groups.
+    :param fire_chunk: most messages fired in one write batch.
+    :raises BrokerLocked: when another process owns ``path``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        clock: Clock | None = None,
+        durability: str = "wal",
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+        window_ms: int = 1000,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+        fire_chunk: int = 1000,
+    ) -> None:
+        for name, setting in (("max_body_bytes", max_body_bytes), ("max_delay_ms", max_delay_ms),
+                              ("window_ms", window_ms), ("retention_ms", retention_ms),
+                              ("fire_chunk", fire_chunk)):
+            if isinstance(setting, bool) or not isinstance(setting, int) or setting <= 0:
+                raise InvalidArgument(f"{name} must be a positive int, got {setting!r}")
+        self._store = RocksStore(path, durability)
+        self.path = self._store.path
+        self._clock = clock or SystemClock()
+        self.max_body_bytes = max_body_bytes
+        self.max_delay_ms = max_delay_ms
+        self.retention_ms = retention_ms
+        self._fire_chunk = fire_chunk
+        self._lock = threading.RLock()
+        self._closed = False
+        meta = self._store.cf[K.CF_META]
+        self._topic_ids: dict[str, int] = {}
+        self._topic_names: dict[int, str] = {}
+        self._tid_prefix: dict[int, bytes] = {}
+        self._pending: dict[int, int] = {}
+        self._fired: dict[int, int] = {}
+        self._tails: dict[int, bytes] = {}
+        for key, value in self._store.scan(K.CF_META, K.META_TOPIC, b"U", 1 << 30):
+            self._remember_topic(key[1:].decode(), int(K.U16.unpack(value)[0]))
+        for key, value in self._store.scan(K.CF_META, K.META_COUNTERS, b"O", 1 << 30):
+            tid = int(K.U16.unpack_from(key, 1)[0])
+            self._pending[tid], self._fired[tid] = K.U64X2.unpack(value)
+        seq = meta.get(K.META_SEQ)
+        self._seq = self._seq_hi = int(K.U64.unpack(seq)[0]) if seq else 1
+        fired_upto = meta.get(K.META_FIRED_UPTO) or K.wheel_key(0, 0)
+        self._fired_upto = fired_upto
+        self._last_now = K.wheel_time(fired_upto)
+        for tid in self._topic_names:
+            lo, hi = K.topic_range(tid)
+            tail = self._store.last_key(K.CF_READY, lo, hi)
+            if tail is not None:
+                self._tails[tid] = tail
+        self._wheel = TimingWheel(self._store, fired_upto, window_ms=window_ms)
+        self._groups: dict[str, ConsumerGroup] = {}
+        self._subscribers: dict[int, list[ConsumerGroup]] = {}
+        self._consumers: set[EmbeddedConsumer] = set()
+        for key, value in self._store.scan(K.CF_META, K.META_GROUP, b"H", 1 << 30):
+            self._load_group(key[1:].decode(), value)
+        self._query = MessageQuery(self)
+        # Consumers waiting in pull() sleep on _ready; _epoch counts fires.
+        self._ready = threading.Condition(threading.Lock())
+        self._epoch = 0
+        self._wake = threading.Condition(threading.Lock())
+        self._kicked = False
+        self._planned_wake = 0
+        self._clock.subscribe(self._kick)
+        self._sender = AsyncSender(self.send_batch, self._check_open, self.max_body_bytes)
+        self._thread = threading.Thread(target=self._run, name=f"chronoq-wheel:{self.path.name}",
+                                        daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> EmbeddedBroker:
+        """Open ``rocksdb://PATH[?durability=...&window_ms=...]``."""
+        _scheme, path, params = split_url(url)
+        if not path:
+            raise InvalidArgument(f"{url!r} names no directory: use rocksdb:///abs/dir or rocksdb://./dir")
+        opts: dict[str, Any] = {}
+        for name, value in params.items():
+            if name == "durability":
+                opts[name] = value
+            elif name in ("max_body_bytes", "max_delay_ms", "window_ms", "retention_ms", "fire_chunk"):
+                try:
+                    opts[name] = int(value)
+                except ValueError as e:
+                    raise InvalidArgument(f"{name} in {url!r} must be an int") from e
+            else:
+                raise InvalidArgument(f"unknown parameter {name!r} in {url!r}")
+        opts.update(kwargs)
+        return cls(path, **opts)
+
+    # -- topics, time, sequence ---------------------------------------------------------
+
+    def _remember_topic(self, name: str, tid: int) -> None:
+        self._topic_ids[name] = tid
+        self._topic_names[tid] = name
+        self._tid_prefix[tid] = K.tid_bytes(tid)
+
+    def _topic_id(self, name: str) -> int:
+        """The id of topic ``name``, registered durably on first use (``_lock`` held)."""
+        tid = self._topic_ids.get(name)
+        if tid is None:
+            tid = len(self._topic_ids) + 1
+            if tid > K.MAX_TOPICS:
+                raise InvalidArgument(f"this broker already has {K.MAX_TOPICS} topics")
+            self._store.cf[K.CF_META].put(K.META_TOPIC + name.encode(), K.U16.pack(tid),
+                                          self._store.write_opt)
+            self._remember_topic(name, tid)
+        return tid
+
+    def _now(self) -> int:
+        """Broker time: the clock, never going backwards (keys stay after the fire position)."""
+        now = self._clock.now_ms()
+        if now < self._last_now:
+            return self._last_now
+        self._last_now = now
+        return now
+
+    def _next_seq(self) -> int:
+        seq = self._seq
+        if seq >= self._seq_hi:
+            self._seq_hi = seq + _SEQ_BLOCK
+            self._store.cf[K.CF_META].put(K.META_SEQ, K.U64.pack(self._seq_hi),
+                                          self._store.write_opt)
+        self._seq = seq + 1
+        return seq
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerClosed(f"broker on {self.path} is closed")
+
+    def _kick(self) -> None:
+        with self._wake:
+            self._kicked = True
+            self._wake.notify()
+
+    # -- sending ----------------------------------------------------------------------
+
+    def send(self, message: Message) -> SendResult:
+        """See :meth:`BrokerAdapter.send`."""
+        return self.send_batch((message,))[0]
+
+    def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        """See :meth:`BrokerAdapter.send_batch`."""
+        self._check_open()
+        encoded = []
+        for m in messages:
+            if not isinstance(m, Message):
+                raise InvalidArgument(f"send takes Message objects, got {type(m).__name__}")
+            props = m.properties_bytes()
+            size = len(m.body) + len(props)
+            if size > self.max_body_bytes:
+                raise MessageTooLarge(size, self.max_body_bytes)
+            encoded.append((m, props))
+        store = self._store
+        h_wheel, h_keys = store.handle[K.CF_WHEEL], store.handle[K.CF_KEYS]
+        wheel_cf, keys_cf = store.cf[K.CF_WHEEL], store.cf[K.CF_KEYS]
+        results: list[SendResult] = []
+        with self._lock:
+            self._check_open()
+            now = self._now()
+            limit = min(now + self.max_delay_ms, K.MAX_TIME_MS)
+            for m, _ in encoded:
+                if m.deliver_at(now) > limit:
+                    raise InvalidDelay("delay", m.deliver_at(now) - now,
+                                       f"due after the broker's max delay of {self.max_delay_ms} ms")
+            batch = store.batch()
+            entries = []
+            batch_keys: dict[bytes, SendResult] = {}
+            counts: dict[int, int] = {}
+            for m, props in encoded:
+                tid = self._topic_id(m.topic)
+                due = m.deliver_at(now)
+                wkey = K.wheel_key(due, self._next_seq())
+                raw = K.make_id(wkey, tid)
+                keyb = b""
+                if m.key is not None:
+                    keyb = m.key.encode()
+                    index = self._tid_prefix[tid] + keyb
+                    dup = batch_keys.get(index)
+                    if dup is None:
+                        old = keys_cf.get(index)
+                        if old is not None and wheel_cf.get(old) is not None:
+                            dup = SendResult(_DUP, K.make_id(old, tid).hex(), K.wheel_time(old))
+                    if dup is not None:
+                        results.append(SendResult(_DUP, dup.msg_id, dup.deliver_at_ms))
+                        continue
+                    batch.put(index, wkey, h_keys)
+                record = encode(tid, 0, due, now, raw, keyb, (m.tags or "").encode(), props, m.body)
+                batch.put(wkey, record, h_wheel)
+                entries.append((wkey, tid, record))
+                counts[tid] = counts.get(tid, 0) + 1
+                result = SendResult(_OK, raw.hex(), due)
+                if keyb:
+                    batch_keys[index] = result
+                results.append(result)
+            self._count_pending(batch, counts)
+            store.write(batch)
+            for entry in entries:
+                self._wheel.schedule(*entry)
+            earliest = min((K.wheel_time(e[0]) for e in entries), default=None)
+        if earliest is not None and earliest < self._planned_wake:
+            self._kick()
+        return results
+
+    def _count_pending(self, batch: Any, counts: dict[int, int], fired: bool = False) -> None:
+        """Add ``counts`` to pending (or move them to fired) in memory and in ``batch``."""
+        h_meta = self._store.handle[K.CF_META]
+        for tid, n in counts.items():
+            if fired:
+                self._pending[tid] = self._pending.get(tid, 0) - n
+                self._fired[tid] = self._fired.get(tid, 0) + n
+            else:
+                self._pending[tid] = self._pending.get(tid, 0) + n
+            value = K.U64X2.pack(max(self._pending[tid], 0), self._fired.get(tid, 0))
+            batch.put(K.META_COUNTERS + self._tid_prefix[tid], value, h_meta)
+
+    def send_async(self, message: Message, callback: SendCallback) -> None:
+        """See :meth:`BrokerAdapter.send_async`."""
+        self._sender.submit(message, callback)
+
+    def send_oneway(self, message: Message) -> None:
+        """See :meth:`BrokerAdapter.send_oneway`."""
+        self._sender.submit(message, None)
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """See :meth:`BrokerAdapter.flush`."""
+        self._sender.flush(timeout_s)
+
+    # -- aborting and reading -----------------------------------------------------------
+
+    def abort(
+        self, msg_id: str | None = None, *, key: str | None = None, topic: str | None = None
+    ) -> AbortResult:
+        """See :meth:`BrokerAdapter.abort`."""
+        if (msg_id is None) == (key is None) or (key is None) != (topic is None):
+            raise InvalidArgument("abort takes msg_id=..., or key=... with topic=...")
+        self._check_open()
+        store = self._store
+        with self._lock:
+            if msg_id is not None:
+                raw = K.parse_id(msg_id)
+                if raw is None or K.id_tid(raw) not in self._topic_names:
+                    return AbortResult(AbortStatus.NOT_FOUND, msg_id)
+                wkey = K.id_wheel_key(raw)
+            else:
+                assert key is not None and topic is not None
+                tid = self._topic_ids.get(topic)
+                found = None if tid is None else store.cf[K.CF_KEYS].get(
+                    self._tid_prefix[tid] + key.encode())
+                if tid is None or found is None:
+                    return AbortResult(AbortStatus.NOT_FOUND, None)
+                wkey, raw = found, K.make_id(found, tid)
+                msg_id = raw.hex()
+            record = store.cf[K.CF_WHEEL].get(wkey)
+            if record is None:
+                if store.cf[K.CF_ABORTED].get(wkey) is not None:
+                    return AbortResult(AbortStatus.ABORTED, msg_id)
+                tid = K.id_tid(raw)
+                fired = store.cf[K.CF_READY].get(self._tid_prefix[tid] + wkey) is not None
+                return AbortResult(
+                    AbortStatus.ALREADY_DELIVERED if fired else AbortStatus.NOT_FOUND, msg_id
+                )
+            batch = store.batch()
+            batch.delete(wkey, store.handle[K.CF_WHEEL])
+            batch.put(wkey, K.U64.pack(self._now()) + record, store.handle[K.CF_ABORTED])
+            self._count_pending(batch, {K.id_tid(raw): -1})
+            store.write(batch)
+            self._wheel.cancel(wkey)
+        return AbortResult(AbortStatus.ABORTED, msg_id)
+
+    def query(self, msg_id: str) -> MessageView | None:
+        """See :meth:`BrokerAdapter.query`."""
+        self._check_open()
+        return self._query.view(msg_id)
+
+    def pending(
+        self,
+        topic: str | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        limit: int = 100,
+    ) -> list[MessageView]:
+        """See :meth:`BrokerAdapter.pending`."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidArgument(f"limit must be an int >= 1, got {limit!r}")
+        self._check_open()
+        return self._query.pending(topic, start_ms, end_ms, limit)
+
+    def stats(self) -> BrokerStats:
+        """See :meth:`BrokerAdapter.stats`."""
+        self._check_open()
+        with self._lock:
+            topics = {
+                name: TopicStats(max(self._pending.get(tid, 0), 0), self._fired.get(tid, 0))
+                for name, tid in self._topic_ids.items()
+            }
+        groups = {}
+        for name, g in list(self._groups.items()):
+            with g.lock:
+                dlq = self._topic_ids.get(dead_letter_topic(name))
+                dead = self._fired.get(dlq, 0) if dlq else 0
+                groups[name] = GroupStats(ready=max(sum(g.ready.values()), 0),
+                                          inflight=len(g.inflight), dead=dead,
+                                          acked_total=g.acked_total)
+        return BrokerStats(topics=topics, groups=groups)
+
+    # -- consumer groups ------------------------------------------------------------------
+
+    def _load_group(self, name: str, value: bytes) -> ConsumerGroup:
+        gid = int(K.U16.unpack_from(value)[0])
+        topics = json.loads(value[2:])
+        cursors = {}
+        acked = 0
+        meta = self._store.cf[K.CF_META]
+        for topic in [*topics, retry_topic(name)]:
+            tid = self._topic_id(topic)
+            stored = meta.get(K.META_CURSOR + K.tid_bytes(gid) + K.tid_bytes(tid))
+            if stored is None:
+                cursors[tid] = K.topic_range(tid)[0]
+            else:
+                cursors[tid] = stored[:-8]
+                acked = max(acked, int(K.U64.unpack(stored[-8:])[0]))
+        group = ConsumerGroup(gid, name, cursors, acked)
+        group.retry_tid = self._topic_ids[retry_topic(name)]
+        for tid, cursor in cursors.items():
+            group.ready[tid] = self._store.count(K.CF_READY, cursor, K.topic_range(tid)[1])
+            self._subscribers.setdefault(tid, []).append(group)
+        self._groups[name] = group
+        return group
+
+    def consumer(
+        self,
+        group: str,
+        topics: Iterable[str],
+        *,
+        invisible_ms: int = DEFAULT_INVISIBLE_MS,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+    ) -> Consumer:
+        """See :meth:`BrokerAdapter.consumer`."""
+        check_topic(group)
+        names = tuple(dict.fromkeys(check_topic(t, allow_system=True) for t in topics))
+        if not names:
+            raise InvalidArgument("a consumer needs at least one topic")
+        for label, limit in (("invisible_ms", invisible_ms), ("max_attempts", max_attempts),
+                             ("max_inflight", max_inflight),
+                             ("max_inflight_bytes", max_inflight_bytes)):
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise InvalidArgument(f"{label} must be an int >= 1, got {limit!r}")
+        self._check_open()
+        with self._lock:
+            g = self._groups.get(group)
+            known = set() if g is None else {self._topic_names[t] for t in g.cursors}
+            if g is None or not set(names) <= known:
+                gid = g.gid if g is not None else len(self._groups) + 1
+                subscribed = sorted((known - {retry_topic(group)}) | set(names))
+                value = K.U16.pack(gid) + json.dumps(subscribed).encode()
+                self._store.cf[K.CF_META].put(K.META_GROUP + group.encode(), value,
+                                              self._store.write_opt)
+                if g is not None:
+                    for subs in self._subscribers.values():
+                        if g in subs:
+                            subs.remove(g)
+                    self._groups.pop(group)
+                    fresh = self._load_group(group, value)
+                    with g.lock:  # keep what this session already knows
+                        for tid, cur in g.cursors.items():
+                            fresh.cursors[tid] = max(cur, fresh.cursors[tid])
+                        fresh.inflight, fresh.by_topic = g.inflight, g.by_topic
+                        fresh.deadlines, fresh.acked_total = g.deadlines, g.acked_total
+                g = self._groups.get(group) or self._load_group(group, value)
+            g.invisible_ms, g.max_attempts = invisible_ms, max_attempts
+            tids = [self._topic_ids[n] for n in names] + [g.retry_tid]
+        consumer = EmbeddedConsumer(self, g, tids, names, max_inflight, max_inflight_bytes)
+        self._consumers.add(consumer)
+        return consumer
+
+    def _pull(self, consumer: EmbeddedConsumer, max_messages: int, wait_ms: int
+              ) -> list[ReceivedMessage]:
+        deadline = time.monotonic() + wait_ms / 1000
+        group = consumer.group_state
+        while True:
+            epoch = self._epoch
+            with group.lock:
+                got = consumer.take(max_messages, self._now())
+            if got:
+                self._maybe_kick_deadline(group)
+                return got
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or consumer.closed:
+                return got
+            with self._ready:
+                if self._epoch == epoch:
+                    self._ready.wait(remaining)
+            self._check_open()
+
+    def _maybe_kick_deadline(self, group: ConsumerGroup) -> None:
+        nd = group.next_deadline()
+        if nd is not None and nd < self._planned_wake:
+            self._kick()
+
+    def _notify_consumers(self) -> None:
+        with self._ready:
+            self._epoch += 1
+            self._ready.notify_all()
+
+    def _ack(self, group: ConsumerGroup, receipt: bytes) -> bool:
+        with group.lock:
+            flight = group.drop_flight(receipt)
+            if flight is None:
+                return False
+            group.acked_total += 1
+            full = flight.consumer.held + 1 >= flight.consumer.max_inflight
+            now = self._now()
+            if now - group.last_commit_ms >= 50:
+                self._commit(group, now)
+        if full:
+            self._notify_consumers()
+        return True
+
+    def _commit(self, group: ConsumerGroup, now: int, batch: Any = None) -> None:
+        """Persist the dirty cursors of ``group`` (group lock held), or add them to ``batch``."""
+        own = batch is None
+        batch = self._store.batch() if own else batch
+        h_meta = self._store.handle[K.CF_META]
+        for tid in group.dirty:
+            batch.put(K.META_CURSOR + group.gid_bytes + K.tid_bytes(tid), group.cursor_value(tid),
+                      h_meta)
+        group.dirty.clear()
+        group.last_commit_ms = now
+        if own:
+            self._store.write(batch, lazy=True)
+
+    def _nack(self, group: ConsumerGroup, receipt: bytes, delay_ms: int | None,
+              reason: str | None, dead: bool) -> bool:
+        with group.lock:
+            flight = group.drop_flight(receipt)
+            if flight is None:
+                return False
+            self._redeliver(group, flight, delay_ms, reason, dead)
+        self._notify_consumers()
+        return True
+
+    def _redeliver(self, group: ConsumerGroup, flight: Flight, delay_ms: int | None,
+                   reason: str | None, dead: bool) -> None:
+        """Send an in-flight message to the group's retry topic or its DLQ (group lock held)."""
+        dead = dead or flight.attempts >= group.max_attempts
+        store = self._store
+        raw = record_id(flight.record)
+        note_reason = (reason or "").encode()[:4096]
+        with self._lock:
+            now = self._now()
+            batch = store.batch()
+            if dead:
+                tid = self._topic_id(dead_letter_topic(group.name))
+                wkey = K.wheel_key(now, self._next_seq())
+                ready_key = self._tid_prefix[tid] + wkey
+                record = with_topic_and_attempts(flight.record, tid, flight.attempts, now)
+                batch.put(ready_key, record, store.handle[K.CF_READY])
+                note = b"D" + K.U16.pack(flight.attempts) + wkey + note_reason
+                self._count_pending(batch, {tid: 1})
+                self._count_pending(batch, {tid: 1}, fired=True)
+                self._tails[tid] = ready_key
+            else:
+                tid = group.retry_tid
+                if delay_ms is None:
+                    delay_ms = retry_backoff_ms(flight.attempts)
+                due = now + delay_ms
+                wkey = K.wheel_key(due, self._next_seq())
+                record = with_topic_and_attempts(flight.record, tid, flight.attempts, due)
+                batch.put(wkey, record, store.handle[K.CF_WHEEL])
+                note = b"R" + K.U16.pack(flight.attempts) + wkey + note_reason
+                self._count_pending(batch, {tid: 1})
+            batch.put(group.gid_bytes + raw, note, store.handle[K.CF_CONSUME])
+            self._commit(group, now, batch)
+            store.write(batch)
+            if not dead:
+                self._wheel.schedule(wkey, tid, record)
+        if dead:
+            self._add_ready({tid: 1})
+        elif due < self._planned_wake:
+            self._kick()
+
+    def _release(self, consumer: EmbeddedConsumer) -> None:
+        """Give back a closing consumer's in-flight messages for redelivery at once."""
+        self._consumers.discard(consumer)
+        group = consumer.group_state
+        if self._closed:
+            return
+        with group.lock:
+            for flight in [f for f in group.inflight.values() if f.consumer is consumer]:
+                group.drop_flight(flight.receipt)
+                self._redeliver(group, flight, 0, "consumer closed", dead=False)
+
+    def _add_ready(self, counts: dict[int, int]) -> None:
+        for tid, n in counts.items():
+            for group in self._subscribers.get(tid, ()):
+                with group.lock:
+                    group.ready[tid] = group.ready.get(tid, 0) + n
+        self._notify_consumers()
+
+    # -- the wheel thread -------------------------------------------------------------------
+
+    def _fire_due(self) -> int:
+        """Fire one chunk of due messages; returns how many fired."""
+        store = self._store
+        with self._lock:
+            now = self._now()
+            entries = self._wheel.pop_due(now, self._fire_chunk)
+            if not entries:
+                return 0
+            batch = store.batch()
+            h_wheel, h_ready = store.handle[K.CF_WHEEL], store.handle[K.CF_READY]
+            prefix = self._tid_prefix
+            counts: dict[int, int] = {}
+            tails = {}
+            for wkey, tid, record in entries:
+                batch.delete(wkey, h_wheel)
+                ready_key = prefix[tid] + wkey
+                batch.put(ready_key, record, h_ready)
+                counts[tid] = counts.get(tid, 0) + 1
+                tails[tid] = ready_key
+            self._count_pending(batch, counts, fired=True)
+            self._fired_upto = K.next_key(entries[-1][0])
+            batch.put(K.META_FIRED_UPTO, self._fired_upto, store.handle[K.CF_META])
+            store.write(batch, lazy=True)
+            self._tails.update(tails)
+        self._add_ready(counts)
+        return len(entries)
+
+    def _housekeep(self, now: int) -> int | None:
+        """Redeliver expired in-flight messages, persist cursors; the next deadline."""
+        soonest = None
+        for group in list(self._groups.values()):
+            with group.lock:
+                for flight in group.expired(now):
+                    group.drop_flight(flight.receipt)
+                    self._redeliver(group, flight, 0, "invisible time expired", dead=False)
+                if group.dirty and now - group.last_commit_ms >= 50:
+                    self._commit(group, now)
+                nd = group.next_deadline()
+            if nd is not None and (soonest is None or nd < soonest):
+                soonest = nd
+        return soonest
+
+    def _run(self) -> None:
+        idle_s = 0.2
+        last_trim = 0.0
+        while not self._closed:
+            try:
+                if self._fire_due():
+                    time.sleep(0)  # let senders and consumers in between chunks
+                    continue
+                now = self._now()
+                deadline = self._housekeep(now)
+                if time.monotonic() - last_trim > 60:
+                    last_trim = time.monotonic()
+                    self._trim(now)
+                with self._lock:
+                    due = self._wheel.next_due_ms()
+                wake = min(x for x in (due, deadline, now + 1000) if x is not None)
+                self._planned_wake = wake
+                with self._wake:
+                    if not self._kicked:
+                        delay = (wake - self._now()) / 1000
+                        if delay > 0:
+                            self._wake.wait(min(delay, idle_s))
+                    self._kicked = False
+                self._planned_wake = 0
+            except Exception:  # the wheel must keep turning; log and go on
+                if self._closed:
+                    return
+                log.exception("wheel thread error on %s", self.path)
+                time.sleep(0.05)
+
+    def _trim(self, now: int) -> None:
+        """Drop fired messages past retention that every group has passed."""
+        floor = K.wheel_key(max(now - self.retention_ms, 0), 0)
+        store = self._store
+        batch = store.batch()
+        batch.delete_range(b"", floor, store.handle[K.CF_ABORTED])
+        for tid, prefix in list(self._tid_prefix.items()):
+            end = prefix + floor
+            for group in self._subscribers.get(tid, ()):
+                with group.lock:
+                    end = min(end, group.committed(tid))
+            if end > prefix:
+                batch.delete_range(prefix, end, store.handle[K.CF_READY])
+        store.write(batch, lazy=True)
+
+    def close(self) -> None:
+        """See :meth:`BrokerAdapter.close`."""
+        if self._closed:
+            return
+        try:
+            self._sender.close()
+        finally:
+            self._closed = True
+        self._clock.unsubscribe(self._kick)
+        self._kick()
+        self._notify_consumers()
+        self._thread.join(timeout=10)
+        for consumer in list(self._consumers):
+            consumer.closed = True
+        now = self._now()
+        for group in self._groups.values():
+            with group.lock:
+                group.dirty.update(group.cursors)
+                self._commit(group, now)
+        with self._lock:
+            self._store.close()

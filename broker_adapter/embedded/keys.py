@@ -1,0 +1,109 @@
+"""Key layout of the embedded broker's RocksDB directory (raw mode, big-endian,
+so byte order is time order).
+
+Column families and their keys::
+
+    wheel    time(8) seq(8)                      -> record      the durable timing wheel
+    ready    tid(2) time(8) seq(8)               -> record      fired messages, per topic, in fire order
+    keys     tid(2) key(utf-8)                   -> wheel key   latest message with that business key
+    aborted  time(8) seq(8)                      -> abort ms(8) tombstone of an aborted message
+    consume  gid(2) msg id(16)                   -> group note  a group's retry/dead state of a message
+    meta     b"T" name                           -> tid(2)      topic registry
+             b"G" name                           -> gid(2) + JSON list of subscribed topics
+             b"C" gid(2) tid(2)                  -> ready key(18) + acked total(8): group cursor
+             b"N" tid(2)                         -> pending(8) fired total(8): topic counters
+             b"S"                                -> seq(8): sequence numbers below it may be used
+             b"F"                                -> wheel key(16): everything below it has fired
+
+``time`` is the due time in epoch ms, ``seq`` a broker-wide sequence number, so
+``time seq`` (the *wheel key*) is unique and sorts in fire order. A *ready key*
+is ``tid`` + the wheel key the message fired from; retries and dead letters get
+new wheel keys in the topics ``%RETRY%<group>`` and ``%DLQ%<group>``.
+
+A message id is 16 bytes, shown as 32 hex digits: ``time(6) seq(8) tid(2)`` of
+the message's first send. It locates the message without an index: its wheel
+key while pending, its ready key once fired.
+"""
+
+from __future__ import annotations
+
+import struct
+
+CF_WHEEL = "wheel"
+CF_READY = "ready"
+CF_KEYS = "keys"
+CF_ABORTED = "aborted"
+CF_CONSUME = "consume"
+CF_META = "meta"
+COLUMN_FAMILIES = (CF_WHEEL, CF_READY, CF_KEYS, CF_ABORTED, CF_CONSUME, CF_META)
+
+META_TOPIC = b"T"
+META_GROUP = b"G"
+META_CURSOR = b"C"
+META_COUNTERS = b"N"
+META_SEQ = b"S"
+META_FIRED_UPTO = b"F"
+
+MAX_TOPICS = 0xFFFF
+MAX_TIME_MS = (1 << 48) - 1  # the id keeps 6 bytes of time: year 10889
+
+_WHEEL = struct.Struct(">QQ")
+_ID = struct.Struct(">6s8s2s")
+U16 = struct.Struct(">H")
+U64 = struct.Struct(">Q")
+U64X2 = struct.Struct(">QQ")
+
+
+def wheel_key(time_ms: int, seq: int) -> bytes:
+    """The wheel key of a message due at ``time_ms`` with sequence ``seq``."""
+    return _WHEEL.pack(time_ms, seq)
+
+
+def wheel_time(key: bytes) -> int:
+    """The due time (epoch ms) at the start of a wheel key."""
+    return int.from_bytes(key[:8], "big")
+
+
+def ready_time(key: bytes) -> int:
+    """The due time (epoch ms) in a ready key."""
+    return int.from_bytes(key[2:10], "big")
+
+
+def tid_bytes(tid: int) -> bytes:
+    """A topic id as its 2-byte key prefix."""
+    return U16.pack(tid)
+
+
+def topic_range(tid: int) -> tuple[bytes, bytes]:
+    """``[start, end)`` of a topic's keys in the ``ready`` family."""
+    return U16.pack(tid), U16.pack(tid + 1) if tid < MAX_TOPICS else b"\xff\xff\xff"
+
+
+def next_key(key: bytes) -> bytes:
+    """The smallest key greater than ``key``."""
+    return key + b"\x00"
+
+
+def make_id(wkey: bytes, tid: int) -> bytes:
+    """The 16 raw bytes of a message id from its first wheel key and topic id."""
+    return wkey[2:8] + wkey[8:16] + U16.pack(tid)
+
+
+def id_wheel_key(raw_id: bytes) -> bytes:
+    """The wheel key a message id was first scheduled under."""
+    return b"\x00\x00" + raw_id[:14]
+
+
+def id_tid(raw_id: bytes) -> int:
+    """The topic id a message was first sent to."""
+    return int(U16.unpack_from(raw_id, 14)[0])
+
+
+def parse_id(msg_id: object) -> bytes | None:
+    """The raw bytes of a message id string, or ``None`` if it is malformed."""
+    if not isinstance(msg_id, str) or len(msg_id) != 32:
+        return None
+    try:
+        return bytes.fromhex(msg_id)
+    except ValueError:
+        return None

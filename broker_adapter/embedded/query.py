@@ -1,0 +1,149 @@
+"""MessageQuery: read-only views of messages in the embedded broker.
+
+A message id locates the message without an index (see ``keys``): its wheel key
+while pending, a tombstone once aborted, its ready key once fired. Each group's
+state of a fired message comes from the group's cursor and in-flight set, or
+from the group's note in ``consume`` once it was retried or dead-lettered.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker_adapter.embedded import keys as K
+from broker_adapter.embedded.records import Record
+from broker_adapter.errors import DecodeError
+from broker_adapter.results import MessageState, MessageView
+
+if TYPE_CHECKING:
+    from broker_adapter.embedded.broker import EmbeddedBroker
+    from broker_adapter.embedded.groups import ConsumerGroup
+
+#: The least finished state wins when groups disagree.
+_ORDER = (
+    MessageState.INFLIGHT,
+    MessageState.PENDING,
+    MessageState.READY,
+    MessageState.DEAD,
+    MessageState.DONE,
+)
+
+
+class MessageQuery:
+    """Answers ``query`` and ``pending`` for an :class:`EmbeddedBroker`."""
+
+    def __init__(self, broker: EmbeddedBroker) -> None:
+        self._broker = broker
+        self._store = broker._store
+
+    def _view(self, msg_id: str, record: bytes, state: MessageState, **extra: object
+              ) -> MessageView:
+        rec = Record(record)
+        fields: dict[str, object] = {
+            "msg_id": msg_id,
+            "topic": self._broker._topic_names.get(K.id_tid(rec.raw_id), "?"),
+            "state": state,
+            "deliver_at_ms": rec.deliver_at,
+            "born_ms": rec.born,
+            "attempts": rec.attempts,
+            "key": rec.key,
+            "tags": rec.tags,
+            "body_size": len(rec.body),
+        }
+        fields.update(extra)
+        return MessageView(**fields)  # type: ignore[arg-type]
+
+    def view(self, msg_id: str) -> MessageView | None:
+        """The view of ``msg_id``, or ``None`` when unknown or malformed."""
+        raw = K.parse_id(msg_id)
+        broker = self._broker
+        if raw is None or K.id_tid(raw) not in broker._topic_names:
+            return None
+        cf = self._store.cf
+        wkey = K.id_wheel_key(raw)
+        tid = K.id_tid(raw)
+        try:
+            with broker._lock:
+                record = cf[K.CF_WHEEL].get(wkey)
+                if record is not None:
+                    return self._view(msg_id, record, MessageState.PENDING)
+                aborted = cf[K.CF_ABORTED].get(wkey)
+                if aborted is not None:
+                    return self._view(msg_id, aborted[8:], MessageState.ABORTED)
+                fired = cf[K.CF_READY].get(broker._tid_prefix[tid] + wkey)
+            if fired is None:
+                return None
+            return self._fired_view(msg_id, raw, tid, wkey, fired)
+        except DecodeError:
+            return None
+
+    def _fired_view(self, msg_id: str, raw: bytes, tid: int, wkey: bytes, record: bytes
+                    ) -> MessageView:
+        broker = self._broker
+        groups: dict[str, MessageState] = {}
+        attempts = 0
+        error = None
+        deliver_at = None
+        for group in list(broker._subscribers.get(tid, ())):
+            state, tries, why, due = self._group_state(group, raw, tid, wkey)
+            groups[group.name] = state
+            attempts = max(attempts, tries)
+            error = why or error
+            if due is not None:
+                deliver_at = due
+        state = next((s for s in _ORDER if s in groups.values()), MessageState.READY)
+        extra: dict[str, object] = {"groups": groups, "attempts": attempts, "error": error}
+        if deliver_at is not None and state is MessageState.PENDING:
+            extra["deliver_at_ms"] = deliver_at
+        return self._view(msg_id, record, state, **extra)
+
+    def _group_state(self, group: ConsumerGroup, raw: bytes, tid: int, wkey: bytes
+                     ) -> tuple[MessageState, int, str | None, int | None]:
+        """(state, deliveries so far, last error, retry due time) of one group."""
+        cf = self._store.cf
+        note = cf[K.CF_CONSUME].get(group.gid_bytes + raw)
+        with group.lock:
+            if note is None:
+                ready_key = self._broker._tid_prefix[tid] + wkey
+                state = group.state_of(tid, ready_key)
+                flight = group.inflight.get(ready_key)
+                tries = flight.attempts if flight else (0 if state is MessageState.READY else 1)
+                return state, tries, None, None
+            kind = note[:1]
+            tries = int(K.U16.unpack_from(note, 1)[0])
+            loc = note[3:19]
+            why = note[19:].decode(errors="replace") or None
+            if kind == b"D":
+                return MessageState.DEAD, tries, why, None
+            if cf[K.CF_WHEEL].get(loc) is not None:
+                return MessageState.PENDING, tries, why, K.wheel_time(loc)
+            ready_key = K.tid_bytes(group.retry_tid) + loc
+            state = group.state_of(group.retry_tid, ready_key)
+            return state, tries + (0 if state is MessageState.READY else 1), why, None
+
+    def pending(self, topic: str | None, start_ms: int | None, end_ms: int | None, limit: int
+                ) -> list[MessageView]:
+        """Pending messages in due order, filtered by topic and ``[start_ms, end_ms)``."""
+        broker = self._broker
+        tid = None
+        if topic is not None:
+            tid = broker._topic_ids.get(topic)
+            if tid is None:
+                return []
+        lower = max(K.wheel_key(start_ms or 0, 0), broker._fired_upto)
+        upper = K.wheel_key(end_ms, 0) if end_ms is not None else b"\xff" * 17
+        out: list[MessageView] = []
+        while len(out) < limit and lower < upper:
+            rows = self._store.scan(K.CF_WHEEL, lower, upper, 1024)
+            for _key, record in rows:
+                rec = Record(record)
+                # a retry waits in %RETRY%<group> but still counts for its first topic
+                if tid is not None and tid not in (rec.tid, K.id_tid(rec.raw_id)):
+                    continue
+                out.append(self._view(rec.raw_id.hex(), record, MessageState.PENDING))
+                if len(out) >= limit:
+                    break
+            if len(rows) < 1024:
+                break
+            lower = K.next_key(rows[-1][0])
+        return out

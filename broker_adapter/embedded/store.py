@@ -1,0 +1,154 @@
+"""RocksStore: one RocksDB directory opened in raw mode with the broker's column families.
+
+It owns the durability choice (see :data:`DURABILITY_MODES`) and says who holds
+the directory when RocksDB's lock refuses us.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+
+from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+
+from broker_adapter.embedded.keys import COLUMN_FAMILIES
+from broker_adapter.errors import BrokerError, BrokerLocked, InvalidArgument
+
+log = logging.getLogger("chronoq.broker_adapter.RocksStore")
+log.addHandler(logging.NullHandler())
+
+#: ``sync``: fsync the WAL on every send/abort (survives power loss; slowest).
+#: ``wal`` (default): write the WAL on every send/abort without fsync (survives
+#: ``kill -9`` of the process, not a power cut). ``fast``: no WAL (a crash loses
+#: recent sends; ``close()`` still persists everything).
+DURABILITY_MODES = ("sync", "wal", "fast")
+OWNER_FILE = "CHRONOQ_OWNER"
+
+
+def _options() -> Options:
+    opt = Options(raw_mode=True)
+    opt.create_if_missing(True)
+    opt.create_missing_column_families(True)
+    opt.increase_parallelism(2)
+    return opt
+
+
+class RocksStore:
+    """The broker's RocksDB directory: column families, batches, owner file.
+
+    :param path: the data directory (created if missing).
+    :param durability: one of :data:`DURABILITY_MODES`.
+    :raises BrokerLocked: when another process (or another broker in this one) owns it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], durability: str = "wal") -> None:
+        if durability not in DURABILITY_MODES:
+            raise InvalidArgument(
+                f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}"
+            )
+        self.path = Path(path).resolve()
+        self.durability = durability
+        self.path.mkdir(parents=True, exist_ok=True)
+        cfs = {name: Options(raw_mode=True) for name in COLUMN_FAMILIES}
+        try:
+            self.db = Rdict(str(self.path), _options(), column_families=cfs)
+        except Exception as e:
+            text = str(e)
+            if "lock" in text.lower():
+                raise BrokerLocked(str(self.path), self._holder()) from e
+            raise BrokerError(f"cannot open RocksDB at {self.path}: {text}") from e
+        self._write_owner()
+        self.cf = {name: self.db.get_column_family(name) for name in COLUMN_FAMILIES}
+        self.handle = {name: self.db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
+        self.write_opt = WriteOptions()
+        if durability == "sync":
+            self.write_opt.sync = True
+        elif durability == "fast":
+            self.write_opt.disable_wal(True)
+        # Background writes (fire, cursors) never need an fsync: losing them only
+        # repeats a delivery, which at-least-once allows.
+        self.lazy_opt = WriteOptions()
+        if durability == "fast":
+            self.lazy_opt.disable_wal(True)
+
+    def _holder(self) -> str:
+        try:
+            info = (self.path / OWNER_FILE).read_text().strip()
+        except OSError:
+            return "another process (no owner file found)"
+        pid = info.split(" ", 1)[0]
+        if pid == str(os.getpid()):
+            return f"this process (pid {pid}): close the other broker first"
+        return f"process {info}"
+
+    def _write_owner(self) -> None:
+        cmd = " ".join(sys.argv)[:200]
+        (self.path / OWNER_FILE).write_text(f"{os.getpid()} on {socket.gethostname()}: {cmd}\n")
+
+    def batch(self) -> WriteBatch:
+        """A new raw-mode write batch."""
+        return WriteBatch(raw_mode=True)
+
+    def write(self, batch: WriteBatch, lazy: bool = False) -> None:
+        """Apply ``batch`` atomically; ``lazy`` for writes a crash may repeat."""
+        self.db.write(batch, self.lazy_opt if lazy else self.write_opt)
+
+    def scan(self, cf: str, lower: bytes, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` ``(key, value)`` pairs of ``cf`` in ``[lower, upper)``, in order."""
+        opt = ReadOptions()
+        opt.set_iterate_lower_bound(lower)
+        opt.set_iterate_upper_bound(upper)
+        it = self.cf[cf].iter(opt)
+        it.seek(lower)
+        out: list[tuple[bytes, bytes]] = []
+        while it.valid() and len(out) < limit:
+            key = it.key()
+            if key >= upper:  # belt and braces: bounds have misbehaved in some builds
+                break
+            out.append((key, it.value()))
+            it.next()
+        return out
+
+    def count(self, cf: str, lower: bytes, upper: bytes) -> int:
+        """How many keys ``cf`` has in ``[lower, upper)`` (a keys-only scan)."""
+        opt = ReadOptions()
+        opt.set_iterate_lower_bound(lower)
+        opt.set_iterate_upper_bound(upper)
+        it = self.cf[cf].iter(opt)
+        it.seek(lower)
+        n = 0
+        while it.valid():
+            n += 1
+            it.next()
+        return n
+
+    def last_key(self, cf: str, lower: bytes, upper: bytes) -> bytes | None:
+        """The greatest key of ``cf`` in ``[lower, upper)``, if any."""
+        opt = ReadOptions()
+        opt.set_iterate_lower_bound(lower)
+        opt.set_iterate_upper_bound(upper)
+        it = self.cf[cf].iter(opt)
+        it.seek_for_prev(upper)
+        while it.valid():
+            key: bytes = it.key()
+            if lower <= key < upper:
+                return key
+            it.prev()
+        return None
+
+    def close(self) -> None:
+        """Flush memtables (so ``fast`` mode loses nothing on a clean close) and close."""
+        try:
+            self.db.flush(True)
+        except Exception:  # pragma: no cover - close must not raise on a broken disk
+            log.exception("flush on close failed for %s", self.path)
+        self.db.close()
+        # Column-family objects keep the DB (and its LOCK) alive until dropped.
+        self.cf.clear()
+        self.handle.clear()
+        del self.db
+        gc.collect()

@@ -1,0 +1,149 @@
+"""TimingWheel: the durable wheel in RocksDB plus a bounded near window in memory.
+
+Every pending message is one key ``time seq`` in the ``wheel`` column family, so
+a message due in three years costs one key on disk and no RAM. The next
+``window_ms`` of due entries (at most ``max_entries``) is loaded ahead into a
+heap, so firing never waits on a disk read. The *watermark* is a wheel key:
+every entry below it is in the heap (or fired, or aborted); nothing at or above
+it is. New entries below the watermark go into the heap as well as to disk.
+
+Loading is a bounded sequential scan from the watermark (never from the start of
+the family, where fired keys leave tombstones), a chunk at a time, and only once
+the loaded window has shrunk by ``step_ms``: small steps keep the tail flat.
+
+The wheel is not thread-safe: its owner (the broker) calls it under one lock.
+Four operations: :meth:`schedule`, :meth:`cancel`, :meth:`pop_due`,
+:meth:`next_due_ms`.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from broker_adapter.embedded.keys import CF_WHEEL, wheel_key, wheel_time
+from broker_adapter.embedded.records import record_tid
+from broker_adapter.embedded.store import RocksStore
+
+#: (wheel key, topic id, record)
+Entry = tuple[bytes, int, bytes]
+
+_END = b"\xff" * 17
+
+
+class TimingWheel:
+    """Due-time order over the ``wheel`` family with an in-memory near window.
+
+    :param store: the RocksDB store holding the ``wheel`` family.
+    :param start: a wheel key below which nothing is pending (everything fired).
+    :param window_ms: how far ahead of now entries are held in memory.
+    :param step_ms: how much the window may shrink before it is topped up.
+    :param max_entries: cap on entries held in memory (bounds RAM in a burst).
+    :param chunk: entries loaded per refill (bounds the pause of one step).
+    """
+
+    def __init__(
+        self,
+        store: RocksStore,
+        start: bytes,
+        window_ms: int = 1000,
+        step_ms: int = 100,
+        max_entries: int = 200_000,
+        chunk: int = 2048,
+    ) -> None:
+        if not 0 < step_ms < window_ms:
+            raise ValueError("need 0 < step_ms < window_ms")
+        self._store = store
+        self._heap: list[Entry] = []
+        self._cancelled: set[bytes] = set()
+        self.watermark = start
+        self.window_ms = window_ms
+        self.step_ms = step_ms
+        self.max_entries = max_entries
+        self.chunk = chunk
+        # A lower bound of the earliest due time on disk at or above the
+        # watermark; None when nothing is there.
+        self._next_disk_ms: int | None = wheel_time(start)
+
+    def __len__(self) -> int:
+        """Entries held in memory (cancelled ones not yet popped included)."""
+        return len(self._heap)
+
+    def schedule(self, key: bytes, tid: int, record: bytes) -> None:
+        """Note an entry the caller has just written to the ``wheel`` family."""
+        if key < self.watermark:
+            heapq.heappush(self._heap, (key, tid, record))
+        else:
+            t = wheel_time(key)
+            if self._next_disk_ms is None or t < self._next_disk_ms:
+                self._next_disk_ms = t
+
+    def cancel(self, key: bytes) -> None:
+        """Forget an entry the caller has just deleted from the ``wheel`` family."""
+        if key < self.watermark:
+            self._cancelled.add(key)
+
+    def pop_due(self, now_ms: int, limit: int) -> list[Entry]:
+        """Remove and return up to ``limit`` entries due at ``now_ms`` or before, in order.
+
+        Loads from disk first when the near window runs short. Order is safe:
+        the heap holds exactly the entries below the watermark, disk the rest.
+        """
+        self.refill(now_ms)
+        heap = self._heap
+        bound = wheel_key(now_ms + 1, 0)
+        cancelled = self._cancelled
+        out: list[Entry] = []
+        while len(out) < limit:
+            if not heap and not self.refill(now_ms, force=True):
+                break
+            if heap[0][0] >= bound:
+                break
+            entry = heapq.heappop(heap)
+            if cancelled and entry[0] in cancelled:
+                cancelled.discard(entry[0])
+                continue
+            out.append(entry)
+        return out
+
+    def next_due_ms(self) -> int | None:
+        """When the wheel next needs attention: the earliest entry's due time, or
+        the time the loader must run; ``None`` when nothing is pending at all."""
+        heap = self._heap
+        while heap and heap[0][0] in self._cancelled:
+            self._cancelled.discard(heapq.heappop(heap)[0])
+        due = wheel_time(heap[0][0]) if heap else None
+        if self._next_disk_ms is None or len(heap) >= self.max_entries:
+            return due
+        load_at = max(
+            self._next_disk_ms - self.window_ms,
+            wheel_time(self.watermark) - self.window_ms + self.step_ms,
+        )
+        return load_at if due is None else min(due, load_at)
+
+    def refill(self, now_ms: int, force: bool = False) -> int:
+        """Load one chunk of entries due before ``now + window_ms``; returns how many.
+
+        Without ``force`` it loads only once the window has shrunk by ``step_ms``.
+        """
+        horizon = now_ms + self.window_ms
+        nd = self._next_disk_ms
+        if nd is None or nd >= horizon or len(self._heap) >= self.max_entries:
+            return 0
+        if not force and wheel_time(self.watermark) >= horizon - self.step_ms:
+            return 0
+        upper = wheel_key(horizon, 0)
+        if self.watermark >= upper:
+            return 0
+        room = min(self.chunk, self.max_entries - len(self._heap))
+        rows = self._store.scan(CF_WHEEL, self.watermark, upper, room)
+        heap = self._heap
+        for key, record in rows:
+            heapq.heappush(heap, (key, record_tid(record), record))
+        if len(rows) < room:
+            self.watermark = upper
+            beyond = self._store.scan(CF_WHEEL, upper, _END, 1)
+            self._next_disk_ms = wheel_time(beyond[0][0]) if beyond else None
+        else:
+            self.watermark = rows[-1][0] + b"\x00"
+            self._next_disk_ms = wheel_time(self.watermark)
+        return len(rows)

@@ -1,0 +1,174 @@
+"""The timed message: what a producer hands to a broker.
+
+A :class:`Message` carries a topic, a body of bytes, an optional business key
+(``order:42``), tags and string properties, and at most one timing field:
+
+* ``delay_ms``: whole milliseconds from the moment the broker accepts it;
+* ``delay_sec``: seconds (int or float, rounded to the millisecond);
+* ``delay_level``: RocketMQ 4.x levels, ``1..18`` map to :data:`DELAY_LEVELS`
+  (``1s 5s 10s 30s 1m 2m ... 30m 1h 2h``); ``0`` means now; above 18 clamps to 18;
+* ``deliver_at_ms``: an absolute time, epoch milliseconds (a past time means now).
+
+None of them means deliver now. Everything that can be checked without a broker
+is checked here, at construction, so a bad message never reaches the wire.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from broker_adapter.errors import InvalidDelay, InvalidMessage, InvalidTopic
+
+#: RocketMQ 4.x ``messageDelayLevel`` in milliseconds; level ``n`` is ``DELAY_LEVELS[n - 1]``.
+DELAY_LEVELS: tuple[int, ...] = tuple(
+    s * 1000
+    for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+)
+MAX_DELAY_LEVEL = len(DELAY_LEVELS)
+
+#: Topic names: letters, digits, ``_``, ``-`` and ``.``, 1 to 127 characters.
+#: Names starting with ``%`` are the broker's own (``%RETRY%group``, ``%DLQ%group``).
+TOPIC_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,127}")
+SYSTEM_TOPIC_PATTERN = re.compile(r"%(RETRY|DLQ)%[A-Za-z0-9_.\-]{1,120}")
+MAX_KEY_CHARS = 512
+MAX_TAGS_CHARS = 128
+
+
+def check_topic(topic: object, *, allow_system: bool = False) -> str:
+    """Return ``topic`` if it is a valid topic name, else raise :class:`InvalidTopic`.
+
+    :param allow_system: also accept ``%RETRY%<group>`` and ``%DLQ%<group>`` (for
+        subscribing to a group's dead letters); producers never send to those.
+    """
+    if not isinstance(topic, str):
+        raise InvalidTopic(topic, "a topic must be a str")
+    if TOPIC_PATTERN.fullmatch(topic):
+        return topic
+    if allow_system and SYSTEM_TOPIC_PATTERN.fullmatch(topic):
+        return topic
+    if not topic:
+        raise InvalidTopic(topic, "a topic must not be empty")
+    if len(topic) > 127:
+        raise InvalidTopic(topic, "a topic has at most 127 characters")
+    if topic.startswith("%"):
+        raise InvalidTopic(topic, "names starting with '%' are reserved for the broker")
+    raise InvalidTopic(topic, "use only letters, digits, '_', '-' and '.'")
+
+
+def _check_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidDelay(name, value, "must be an int")
+    if value < 0:
+        raise InvalidDelay(name, value, "must not be negative")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message to deliver now or later; immutable and validated at construction.
+
+    :param topic: where it goes; see :data:`TOPIC_PATTERN`.
+    :param body: the payload, ``bytes`` only (encode text yourself: no implicit pickling).
+    :param key: business key such as ``"order:42"``; names at most one pending
+        message per topic, and lets ``abort(key=..., topic=...)`` find it.
+    :param tags: a short label consumers may filter or log on.
+    :param properties: string to string metadata delivered with the message.
+    :raises InvalidMessage: for a wrong type, an empty or over-long key, or two timing fields.
+    :raises InvalidDelay: for a negative or non-integer timing field.
+    :raises InvalidTopic: for a bad topic name.
+    """
+
+    topic: str
+    body: bytes = b""
+    key: str | None = None
+    tags: str | None = None
+    properties: Mapping[str, str] | None = None
+    delay_ms: int | None = None
+    delay_sec: float | None = None
+    delay_level: int | None = None
+    deliver_at_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        check_topic(self.topic)
+        if not isinstance(self.body, bytes):
+            raise InvalidMessage(
+                f"body must be bytes, got {type(self.body).__name__}; encode it first "
+                "(e.g. json.dumps(obj).encode())"
+            )
+        if self.key is not None:
+            if not isinstance(self.key, str) or not self.key or "\x00" in self.key:
+                raise InvalidMessage(f"key must be a non-empty str without NUL, got {self.key!r}")
+            if len(self.key) > MAX_KEY_CHARS:
+                raise InvalidMessage(f"key has {len(self.key)} characters, max {MAX_KEY_CHARS}")
+        if self.tags is not None and (
+            not isinstance(self.tags, str) or len(self.tags) > MAX_TAGS_CHARS
+        ):
+            raise InvalidMessage(f"tags must be a str of at most {MAX_TAGS_CHARS} characters")
+        props = self.properties
+        if props is not None:
+            if not isinstance(props, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in props.items()
+            ):
+                raise InvalidMessage("properties must map str to str")
+            object.__setattr__(self, "properties", MappingProxyType(dict(props)))
+        timing = [
+            n
+            for n, v in (
+                ("delay_ms", self.delay_ms),
+                ("delay_sec", self.delay_sec),
+                ("delay_level", self.delay_level),
+                ("deliver_at_ms", self.deliver_at_ms),
+            )
+            if v is not None
+        ]
+        if len(timing) > 1:
+            raise InvalidMessage(
+                f"give at most one timing field, got {' and '.join(timing)}"
+            )
+        if self.delay_ms is not None:
+            _check_int("delay_ms", self.delay_ms)
+        elif self.delay_level is not None:
+            _check_int("delay_level", self.delay_level)
+        elif self.deliver_at_ms is not None:
+            _check_int("deliver_at_ms", self.deliver_at_ms)
+        elif self.delay_sec is not None:
+            sec = self.delay_sec
+            if isinstance(sec, bool) or not isinstance(sec, int | float):
+                raise InvalidDelay("delay_sec", sec, "must be an int or float")
+            if not math.isfinite(sec) or sec < 0:
+                raise InvalidDelay("delay_sec", sec, "must be finite and not negative")
+
+    def properties_bytes(self) -> bytes:
+        """The properties as compact JSON bytes (empty when there are none)."""
+        if not self.properties:
+            return b""
+        return json.dumps(dict(self.properties), separators=(",", ":")).encode()
+
+    def size(self) -> int:
+        """Bytes this message weighs against a broker's max size: body plus properties."""
+        return len(self.body) + (len(self.properties_bytes()) if self.properties else 0)
+
+    def relative_delay_ms(self) -> int | None:
+        """The delay in ms when the timing is relative (or none); ``None`` for ``deliver_at_ms``."""
+        if self.delay_ms is not None:
+            return self.delay_ms
+        if self.delay_level is not None:
+            level = min(self.delay_level, MAX_DELAY_LEVEL)
+            return 0 if level == 0 else DELAY_LEVELS[level - 1]
+        if self.delay_sec is not None:
+            return round(self.delay_sec * 1000)
+        if self.deliver_at_ms is not None:
+            return None
+        return 0
+
+    def deliver_at(self, now_ms: int) -> int:
+        """The epoch ms this message is due, given the broker's ``now_ms`` (never before now)."""
+        delay = self.relative_delay_ms()
+        if delay is None:
+            return max(now_ms, self.deliver_at_ms or 0)
+        return now_ms + delay

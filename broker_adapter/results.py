@@ -1,0 +1,138 @@
+"""What brokers answer: send and abort results, message views, received messages, stats."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class SendStatus(enum.Enum):
+    """Outcome of a send."""
+
+    #: Accepted and durable: it will be delivered or aborted, never lost.
+    OK = "OK"
+    #: Not stored: the topic already has a pending message with this key; the result
+    #: carries that message's id and time (sends with a key are idempotent).
+    DUPLICATE = "DUPLICATE"
+
+
+class AbortStatus(enum.Enum):
+    """Outcome of an abort message."""
+
+    #: The message was pending; it will never be delivered.
+    ABORTED = "ABORTED"
+    #: Too late: the message had already fired (it is ready, in flight or done).
+    ALREADY_DELIVERED = "ALREADY_DELIVERED"
+    #: No message with that id (or no message with that key on that topic).
+    NOT_FOUND = "NOT_FOUND"
+
+
+class MessageState(enum.Enum):
+    """Where a message is in its life."""
+
+    PENDING = "PENDING"  # on the timing wheel, not yet due (also: waiting for a retry)
+    READY = "READY"  # fired, waiting for a consumer group to pull it
+    INFLIGHT = "INFLIGHT"  # pulled, not yet acked, within its invisible time
+    DONE = "DONE"  # acked
+    ABORTED = "ABORTED"  # cancelled by an abort message before it fired
+    DEAD = "DEAD"  # moved to the dead-letter topic ``%DLQ%<group>``
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """Answer to a send: ``status``, the message id and when it is due (epoch ms)."""
+
+    status: SendStatus
+    msg_id: str
+    deliver_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AbortResult:
+    """Answer to an abort message; ``msg_id`` is ``None`` only for ``NOT_FOUND`` by key."""
+
+    status: AbortStatus
+    msg_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageView:
+    """A read-only snapshot of one message as the broker knows it.
+
+    ``state`` summarises ``groups`` (each consumer group's own state for this
+    message): the least finished of ``INFLIGHT, PENDING, READY, DEAD, DONE``.
+    """
+
+    msg_id: str
+    topic: str
+    state: MessageState
+    deliver_at_ms: int
+    born_ms: int
+    attempts: int = 0
+    key: str | None = None
+    tags: str | None = None
+    body_size: int = 0
+    groups: Mapping[str, MessageState] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """A message handed to a consumer; pass it back to ``ack`` or ``nack``.
+
+    ``attempts`` counts deliveries to this group, 1 on the first. ``receipt``
+    is the broker's opaque handle for this delivery.
+    """
+
+    msg_id: str
+    topic: str
+    body: bytes
+    deliver_at_ms: int
+    born_ms: int
+    attempts: int
+    receipt: bytes
+    key: str | None = None
+    tags: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStats:
+    """Counters of one topic."""
+
+    pending: int = 0
+    fired_total: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStats:
+    """Counters of one consumer group, over all its topics."""
+
+    ready: int = 0
+    inflight: int = 0
+    dead: int = 0
+    acked_total: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStats:
+    """What ``stats()`` reports: per topic, per group and totals."""
+
+    topics: Mapping[str, TopicStats]
+    groups: Mapping[str, GroupStats]
+
+    @property
+    def pending(self) -> int:
+        """Messages on the timing wheel, all topics (retries included)."""
+        return sum(t.pending for t in self.topics.values())
+
+    @property
+    def fired_total(self) -> int:
+        """Messages fired since the data directory was created."""
+        return sum(t.fired_total for t in self.topics.values())
+
+    @property
+    def dead(self) -> int:
+        """Messages in dead-letter topics, all groups."""
+        return sum(g.dead for g in self.groups.values())

@@ -1,0 +1,64 @@
+"""URL schemes pick broker adapters (one table, like kombu's transport aliases).
+
+``rocksdb://PATH`` is the embedded broker (``rocksdb:///abs/dir`` or
+``rocksdb://./rel/dir``); query parameters become constructor arguments, e.g.
+``rocksdb://./data?durability=sync``. Adapters are imported only when used, so
+``import broker_adapter`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+from urllib.parse import parse_qsl
+
+from broker_adapter.base import BrokerAdapter
+from broker_adapter.errors import InvalidArgument, UnknownScheme
+
+#: scheme -> "module:Class"; each class has ``from_url(url, **kwargs)``.
+ADAPTERS: dict[str, str] = {
+    "rocksdb": "broker_adapter.embedded.broker:EmbeddedBroker",
+    "chronoq": "broker_adapter.server.client:RemoteBroker",
+    "redis": "broker_adapter.redis.broker:RedisBroker",
+    "rediss": "broker_adapter.redis.broker:RedisBroker",
+    "redis+cluster": "broker_adapter.redis.broker:RedisBroker",
+}
+
+
+def split_url(url: str) -> tuple[str, str, dict[str, str]]:
+    """Split a broker URL into ``(scheme, rest, query params)``.
+
+    ``rest`` is everything between ``scheme://`` and ``?``.
+
+    :raises InvalidArgument: when the URL has no ``scheme://``.
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidArgument(f"a broker URL looks like scheme://..., got {url!r}")
+    scheme, _, rest = url.partition("://")
+    rest, _, query = rest.partition("?")
+    return scheme.lower(), rest, dict(parse_qsl(query, keep_blank_values=True))
+
+
+def open_broker(url: str, **kwargs: Any) -> BrokerAdapter:
+    """Open the broker that ``url`` names; ``kwargs`` go to the adapter's constructor.
+
+    :raises UnknownScheme: for a scheme no adapter serves.
+    :raises InvalidArgument: for a malformed URL.
+    """
+    scheme = split_url(url)[0]
+    target = ADAPTERS.get(scheme)
+    if target is None:
+        raise UnknownScheme(url, list(ADAPTERS))
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("broker_adapter"):
+            raise UnknownScheme(url, [s for s in ADAPTERS if s == "rocksdb"]) from e
+        raise
+    adapter: Any = getattr(module, class_name)
+    broker: BrokerAdapter = adapter.from_url(url, **kwargs)
+    return broker
+
+
+__all__ = ["ADAPTERS", "open_broker", "split_url"]

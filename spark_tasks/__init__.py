@@ -1,0 +1,1 @@
+"""spark_tasks package of chronoq (see README)."""

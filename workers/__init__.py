@@ -1,0 +1,1 @@
+"""workers package of chronoq (see README)."""
