@@ -37,6 +37,9 @@ TOPIC_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,127}")
 SYSTEM_TOPIC_PATTERN = re.compile(r"%(RETRY|DLQ)%[A-Za-z0-9_.\-]{1,120}")
 MAX_KEY_CHARS = 512
 MAX_TAGS_CHARS = 128
+_TIMING_FIELDS = ("delay_ms", "delay_sec", "delay_level", "deliver_at_ms")
+# Topic names already checked: most programs send to a handful of topics.
+_KNOWN_TOPICS: set[str] = set()
 
 
 def check_topic(topic: object, *, allow_system: bool = False) -> str:
@@ -94,17 +97,22 @@ class Message:
     deliver_at_ms: int | None = None
 
     def __post_init__(self) -> None:
-        check_topic(self.topic)
-        if not isinstance(self.body, bytes):
+        if self.topic not in _KNOWN_TOPICS:
+            check_topic(self.topic)
+            if len(_KNOWN_TOPICS) < 10_000:
+                _KNOWN_TOPICS.add(self.topic)
+        if type(self.body) is not bytes:
             raise InvalidMessage(
                 f"body must be bytes, got {type(self.body).__name__}; encode it first "
                 "(e.g. json.dumps(obj).encode())"
             )
-        if self.key is not None:
-            if not isinstance(self.key, str) or not self.key or "\x00" in self.key:
-                raise InvalidMessage(f"key must be a non-empty str without NUL, got {self.key!r}")
-            if len(self.key) > MAX_KEY_CHARS:
-                raise InvalidMessage(f"key has {len(self.key)} characters, max {MAX_KEY_CHARS}")
+        key = self.key
+        if key is not None and (
+            type(key) is not str or not key or len(key) > MAX_KEY_CHARS or "\x00" in key
+        ):
+            raise InvalidMessage(
+                f"key must be a str of 1 to {MAX_KEY_CHARS} characters without NUL, got {key!r}"
+            )
         if self.tags is not None and (
             not isinstance(self.tags, str) or len(self.tags) > MAX_TAGS_CHARS
         ):
@@ -116,27 +124,24 @@ class Message:
             ):
                 raise InvalidMessage("properties must map str to str")
             object.__setattr__(self, "properties", MappingProxyType(dict(props)))
-        timing = [
-            n
-            for n, v in (
-                ("delay_ms", self.delay_ms),
-                ("delay_sec", self.delay_sec),
-                ("delay_level", self.delay_level),
-                ("deliver_at_ms", self.deliver_at_ms),
-            )
-            if v is not None
-        ]
-        if len(timing) > 1:
-            raise InvalidMessage(
-                f"give at most one timing field, got {' and '.join(timing)}"
-            )
+        given = (
+            (self.delay_ms is not None)
+            + (self.delay_sec is not None)
+            + (self.delay_level is not None)
+            + (self.deliver_at_ms is not None)
+        )
+        if given == 0:
+            return
+        if given > 1:
+            names = [n for n in _TIMING_FIELDS if getattr(self, n) is not None]
+            raise InvalidMessage(f"give at most one timing field, got {' and '.join(names)}")
         if self.delay_ms is not None:
             _check_int("delay_ms", self.delay_ms)
         elif self.delay_level is not None:
             _check_int("delay_level", self.delay_level)
         elif self.deliver_at_ms is not None:
             _check_int("deliver_at_ms", self.deliver_at_ms)
-        elif self.delay_sec is not None:
+        else:
             sec = self.delay_sec
             if isinstance(sec, bool) or not isinstance(sec, int | float):
                 raise InvalidDelay("delay_sec", sec, "must be an int or float")

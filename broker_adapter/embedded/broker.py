@@ -201,12 +201,15 @@ class EmbeddedBroker(BrokerAdapter):
         self._last_now = now
         return now
 
+    def _reserve_seq(self, n: int) -> None:
+        """Persist a new high-water mark so ``n`` more sequence numbers are safe to use."""
+        self._seq_hi = self._seq + n + _SEQ_BLOCK
+        self._store.cf[K.CF_META].put(K.META_SEQ, K.U64.pack(self._seq_hi), self._store.write_opt)
+
     def _next_seq(self) -> int:
+        if self._seq >= self._seq_hi:
+            self._reserve_seq(1)
         seq = self._seq
-        if seq >= self._seq_hi:
-            self._seq_hi = seq + _SEQ_BLOCK
-            self._store.cf[K.CF_META].put(K.META_SEQ, K.U64.pack(self._seq_hi),
-                                          self._store.write_opt)
         self._seq = seq + 1
         return seq
 
@@ -228,50 +231,58 @@ class EmbeddedBroker(BrokerAdapter):
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """See :meth:`BrokerAdapter.send_batch`."""
         self._check_open()
-        encoded = []
-        for m in messages:
+        props_of: dict[int, bytes] = {}
+        for i, m in enumerate(messages):
             if not isinstance(m, Message):
                 raise InvalidArgument(f"send takes Message objects, got {type(m).__name__}")
-            props = m.properties_bytes()
-            size = len(m.body) + len(props)
+            size = len(m.body)
+            if m.properties:
+                props_of[i] = m.properties_bytes()
+                size += len(props_of[i])
             if size > self.max_body_bytes:
                 raise MessageTooLarge(size, self.max_body_bytes)
-            encoded.append((m, props))
         store = self._store
         h_wheel, h_keys = store.handle[K.CF_WHEEL], store.handle[K.CF_KEYS]
         wheel_cf, keys_cf = store.cf[K.CF_WHEEL], store.cf[K.CF_KEYS]
+        pack_wheel = K.wheel_key
         results: list[SendResult] = []
         with self._lock:
             self._check_open()
             now = self._now()
+            dues = [m.deliver_at(now) for m in messages]
             limit = min(now + self.max_delay_ms, K.MAX_TIME_MS)
-            for m, _ in encoded:
-                if m.deliver_at(now) > limit:
-                    raise InvalidDelay("delay", m.deliver_at(now) - now,
-                                       f"due after the broker's max delay of {self.max_delay_ms} ms")
+            if dues and max(dues) > limit:
+                raise InvalidDelay("delay", max(dues) - now,
+                                   f"due after the broker's max delay of {self.max_delay_ms} ms")
+            tids = [self._topic_ids.get(m.topic) or self._topic_id(m.topic) for m in messages]
+            if self._seq + len(dues) >= self._seq_hi:
+                self._reserve_seq(len(dues))
+            seq = self._seq
+            prefix = self._tid_prefix
             batch = store.batch()
             entries = []
             batch_keys: dict[bytes, SendResult] = {}
             counts: dict[int, int] = {}
-            for m, props in encoded:
-                tid = self._topic_id(m.topic)
-                due = m.deliver_at(now)
-                wkey = K.wheel_key(due, self._next_seq())
-                raw = K.make_id(wkey, tid)
+            for i, m in enumerate(messages):
+                tid, due = tids[i], dues[i]
+                wkey = pack_wheel(due, seq)
+                seq += 1
+                raw = wkey[2:] + prefix[tid]
                 keyb = b""
                 if m.key is not None:
                     keyb = m.key.encode()
-                    index = self._tid_prefix[tid] + keyb
+                    index = prefix[tid] + keyb
                     dup = batch_keys.get(index)
                     if dup is None:
                         old = keys_cf.get(index)
                         if old is not None and wheel_cf.get(old) is not None:
-                            dup = SendResult(_DUP, K.make_id(old, tid).hex(), K.wheel_time(old))
+                            dup = SendResult(_DUP, (old[2:] + prefix[tid]).hex(), K.wheel_time(old))
                     if dup is not None:
                         results.append(SendResult(_DUP, dup.msg_id, dup.deliver_at_ms))
                         continue
                     batch.put(index, wkey, h_keys)
-                record = encode(tid, 0, due, now, raw, keyb, (m.tags or "").encode(), props, m.body)
+                record = encode(tid, 0, due, now, raw, keyb,
+                                m.tags.encode() if m.tags else b"", props_of.get(i, b""), m.body)
                 batch.put(wkey, record, h_wheel)
                 entries.append((wkey, tid, record))
                 counts[tid] = counts.get(tid, 0) + 1
@@ -279,12 +290,13 @@ class EmbeddedBroker(BrokerAdapter):
                 if keyb:
                     batch_keys[index] = result
                 results.append(result)
+            self._seq = seq
             self._count_pending(batch, counts)
             store.write(batch)
+            schedule = self._wheel.schedule
             for entry in entries:
-                self._wheel.schedule(*entry)
-            earliest = min((K.wheel_time(e[0]) for e in entries), default=None)
-        if earliest is not None and earliest < self._planned_wake:
+                schedule(*entry)
+        if entries and min(dues) < self._planned_wake:
             self._kick()
         return results
 

@@ -37,6 +37,11 @@ def _options() -> Options:
     return opt
 
 
+def _disable_wal(opt: WriteOptions) -> None:
+    # rocksdict 0.3.29 exposes disable_wal as a property (its .pyi says method)
+    setattr(opt, "disable_wal", True)  # noqa: B010
+
+
 class RocksStore:
     """The broker's RocksDB directory: column families, batches, owner file.
 
@@ -68,12 +73,12 @@ class RocksStore:
         if durability == "sync":
             self.write_opt.sync = True
         elif durability == "fast":
-            self.write_opt.disable_wal(True)
+            _disable_wal(self.write_opt)
         # Background writes (fire, cursors) never need an fsync: losing them only
         # repeats a delivery, which at-least-once allows.
         self.lazy_opt = WriteOptions()
         if durability == "fast":
-            self.lazy_opt.disable_wal(True)
+            _disable_wal(self.lazy_opt)
 
     def _holder(self) -> str:
         try:
