@@ -1,0 +1,208 @@
+"""Scheduler settings: one frozen :class:`Settings`, read from ``CHRONOQ_*`` variables.
+
+Every field has a safe default and an environment variable; constructor
+arguments (or ``from_env`` overrides) win over the environment. Values are
+checked at construction, so a bad setting fails at start-up with a message that
+names both the field and its variable.
+
+==============================  ===================  ===============================
+variable                        field                default
+==============================  ===================  ===============================
+``CHRONOQ_BROKER_URL``          ``broker_url``       ``rocksdb://./chronoq-data``
+``CHRONOQ_TOPIC``               ``topic``            ``chronoq.jobs``
+``CHRONOQ_GROUP``               ``group``            ``chronoq.workers``
+``CHRONOQ_MAX_WORKERS``         ``max_workers``      ``8``
+``CHRONOQ_PREFETCH``            ``prefetch``         ``32``
+``CHRONOQ_PAST_TOLERANCE_MS``   ``past_tolerance_ms`` ``1000``
+``CHRONOQ_LOG_LEVEL``           ``log_level``        ``INFO``
+``CHRONOQ_SPARK_MASTER``        ``spark_master``     unset (``local[*]`` when needed)
+``CHRONOQ_TOKEN``               ``token``            unset (no authentication)
+==============================  ===================  ===============================
+
+An empty variable counts as unset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from broker_adapter.errors import InvalidArgument, InvalidTopic
+from broker_adapter.message import check_topic
+from broker_adapter.urls import ADAPTERS, split_url
+from scheduler.errors import InvalidSettings
+
+ENV_PREFIX = "CHRONOQ_"
+DEFAULT_BROKER_URL = "rocksdb://./chronoq-data"
+DEFAULT_TOPIC = "chronoq.jobs"
+DEFAULT_GROUP = "chronoq.workers"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: Upper bounds that catch typos (``CHRONOQ_MAX_WORKERS=80000``) rather than real limits.
+MAX_WORKERS_LIMIT = 4096
+MAX_PREFETCH = 100_000
+MAX_PAST_TOLERANCE_MS = 24 * 3600 * 1000
+#: A consumer group's dead-letter topic is ``%DLQ%<group>`` (at most 120 characters).
+MAX_GROUP_CHARS = 120
+
+_log = logging.getLogger("chronoq.scheduler.Settings")
+
+
+def _env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything a :class:`Scheduler` and its dispatcher need to know, validated.
+
+    :param broker_url: the broker to open, see :func:`broker_adapter.open_broker`.
+    :param topic: the topic jobs are sent to unless a job names its own.
+    :param group: the consumer group of the dispatchers; its dead letters go to
+        ``%DLQ%<group>``.
+    :param max_workers: threads of the local executor's pool (1 to 4,096).
+    :param prefetch: messages a dispatcher pulls at once (1 to 100,000).
+    :param past_tolerance_ms: how far in the past ``schedule(at=...)`` may be and
+        still run at once; further back is an error (0 to one day).
+    :param log_level: ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or ``CRITICAL``
+        (any case; stored upper case). Applied by the ``chronoq`` command only.
+    :param spark_master: Spark master URL for ``executor="spark"`` jobs; ``None``
+        means ``local[*]``.
+    :param token: shared secret for a ``chronoq://`` broker server; never shown in ``repr``.
+    :raises InvalidSettings: for any value of the wrong type or out of range.
+    """
+
+    broker_url: str = DEFAULT_BROKER_URL
+    topic: str = DEFAULT_TOPIC
+    group: str = DEFAULT_GROUP
+    max_workers: int = 8
+    prefetch: int = 32
+    past_tolerance_ms: int = 1000
+    log_level: str = "INFO"
+    spark_master: str | None = None
+    token: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._check_broker_url()
+        for name in ("topic", "group"):
+            value = getattr(self, name)
+            try:
+                check_topic(value)
+            except InvalidTopic as e:
+                raise InvalidSettings(name, _env_name(name), value, str(e)) from None
+        if len(self.group) > MAX_GROUP_CHARS:
+            raise InvalidSettings(
+                "group",
+                _env_name("group"),
+                self.group,
+                f"a group name has at most {MAX_GROUP_CHARS} characters",
+            )
+        self._check_int("max_workers", 1, MAX_WORKERS_LIMIT)
+        self._check_int("prefetch", 1, MAX_PREFETCH)
+        self._check_int("past_tolerance_ms", 0, MAX_PAST_TOLERANCE_MS)
+        level = self.log_level
+        if not isinstance(level, str) or level.upper() not in LOG_LEVELS:
+            raise InvalidSettings(
+                "log_level", _env_name("log_level"), level, f"use one of {', '.join(LOG_LEVELS)}"
+            )
+        object.__setattr__(self, "log_level", level.upper())
+        for name in ("spark_master", "token"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                shown = "<hidden>" if name == "token" else value
+                raise InvalidSettings(
+                    name, _env_name(name), shown, "must be a non-empty str, or None for unset"
+                )
+
+    def _check_broker_url(self) -> None:
+        url = self.broker_url
+        env = _env_name("broker_url")
+        try:
+            scheme, rest, _ = split_url(url)
+        except InvalidArgument:
+            raise InvalidSettings(
+                "broker_url",
+                env,
+                url,
+                f"a broker URL looks like scheme://..., e.g. {DEFAULT_BROKER_URL}",
+            ) from None
+        if scheme not in ADAPTERS:
+            raise InvalidSettings(
+                "broker_url",
+                env,
+                url,
+                f"unknown scheme {scheme!r}; use one of {', '.join(sorted(ADAPTERS))}",
+            )
+        if not rest:
+            raise InvalidSettings(
+                "broker_url",
+                env,
+                url,
+                "the URL names no location; e.g. rocksdb://./chronoq-data or "
+                "chronoq://127.0.0.1:7420",
+            )
+
+    def _check_int(self, name: str, low: int, high: int) -> None:
+        value = getattr(self, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidSettings(name, _env_name(name), value, "must be an int")
+        if not low <= value <= high:
+            raise InvalidSettings(name, _env_name(name), value, f"must be between {low} and {high}")
+
+    @classmethod
+    def env_names(cls) -> dict[str, str]:
+        """Map each field to the environment variable that sets it."""
+        return {f.name: _env_name(f.name) for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Self:
+        """Build settings from ``CHRONOQ_*`` variables, then apply ``overrides``.
+
+        Unknown ``CHRONOQ_*`` variables are logged as a warning (with the closest
+        known name), since a typo would otherwise be silently ignored.
+
+        :param environ: the variables to read; ``os.environ`` by default.
+        :param overrides: field values that win over the environment.
+        :raises InvalidSettings: for an unknown override name, a variable that does
+            not parse (``CHRONOQ_MAX_WORKERS=abc``), or any invalid value.
+        """
+        env = os.environ if environ is None else environ
+        names = cls.env_names()
+        unknown = sorted(set(overrides) - set(names))
+        if unknown:
+            raise InvalidSettings(
+                unknown[0],
+                _env_name(unknown[0]),
+                overrides[unknown[0]],
+                f"no such setting; known settings: {', '.join(names)}",
+            )
+        by_env = {v: k for k, v in names.items()}
+        for var in sorted(k for k in env if k.startswith(ENV_PREFIX) and k not in by_env):
+            close = difflib.get_close_matches(var, list(by_env), n=1)
+            _log.warning(
+                "ignoring unknown environment variable %s%s",
+                var,
+                f" (did you mean {close[0]}?)" if close else "",
+            )
+        values: dict[str, Any] = {}
+        int_fields = {"max_workers", "prefetch", "past_tolerance_ms"}
+        for name, var in names.items():
+            raw = env.get(var)
+            if raw is None or raw.strip() == "":
+                continue
+            raw = raw.strip()
+            if name in int_fields:
+                try:
+                    values[name] = int(raw)
+                except ValueError:
+                    raise InvalidSettings(
+                        name, var, raw, "must be a whole number, e.g. 8"
+                    ) from None
+            else:
+                values[name] = raw
+        values.update(overrides)
+        return cls(**values)
