@@ -1,0 +1,1 @@
+"""Load scripts that print figures (``python bench/timer_load.py --help``)."""
