@@ -34,7 +34,7 @@ MAX_DELAY_LEVEL = len(DELAY_LEVELS)
 #: Topic names: letters, digits, ``_``, ``-`` and ``.``, 1 to 127 characters.
 #: Names starting with ``%`` are the broker's own (``%RETRY%group``, ``%DLQ%group``).
 TOPIC_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,127}")
-SYSTEM_TOPIC_PATTERN = re.compile(r"%(RETRY|DLQ)%[A-Za-z0-9_.\-]{1,120}")
+SYSTEM_TOPIC_PATTERN = re.compile(r"%(RETRY|DLQ)%[A-Za-z0-9_.\-]{1,127}")
 MAX_KEY_CHARS = 512
 MAX_TAGS_CHARS = 128
 _TIMING_FIELDS = ("delay_ms", "delay_sec", "delay_level", "deliver_at_ms")
@@ -97,7 +97,7 @@ class Message:
     deliver_at_ms: int | None = None
 
     def __post_init__(self) -> None:
-        if self.topic not in _KNOWN_TOPICS:
+        if type(self.topic) is not str or self.topic not in _KNOWN_TOPICS:
             check_topic(self.topic)
             if len(_KNOWN_TOPICS) < 10_000:
                 _KNOWN_TOPICS.add(self.topic)

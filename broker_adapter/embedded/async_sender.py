@@ -50,12 +50,18 @@ class AsyncSender:
 
     def submit(self, message: Message, callback: SendCallback | None) -> None:
         """Queue ``message``; ``callback`` (if any) hears the outcome on the sender thread."""
-        if not isinstance(message, Message):
-            raise InvalidArgument(f"send takes Message objects, got {type(message).__name__}")
-        size = message.size()
-        if size > self._max_body:
-            raise MessageTooLarge(size, self._max_body)
         self._check_open()
+        try:
+            if not isinstance(message, Message):
+                raise InvalidArgument(f"send takes Message objects, got {type(message).__name__}")
+            size = message.size()
+            if size > self._max_body:
+                raise MessageTooLarge(size, self._max_body)
+        except (InvalidArgument, MessageTooLarge):
+            if callback is not None:
+                raise
+            log.warning("one-way send refused", exc_info=True)  # one-way: log, never raise
+            return
         with self._cond:
             if self._closing:
                 raise BrokerClosed("broker is closing")

@@ -69,6 +69,8 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_DELAY_MS = 10 * 366 * 24 * 3600 * 1000
 DEFAULT_RETENTION_MS = 72 * 3600 * 1000
 _SEQ_BLOCK = 1 << 20
+# Acks are persisted at most this often (a crash may redeliver what was acked since).
+_COMMIT_INTERVAL_S = 0.05
 _OK, _DUP = SendStatus.OK, SendStatus.DUPLICATE
 
 
@@ -137,10 +139,12 @@ class EmbeddedBroker(BrokerAdapter):
                 self._tails[tid] = tail
         self._wheel = TimingWheel(self._store, fired_upto, window_ms=window_ms)
         self._groups: dict[str, ConsumerGroup] = {}
+        self._groups_lock = threading.Lock()
         self._subscribers: dict[int, list[ConsumerGroup]] = {}
         self._consumers: set[EmbeddedConsumer] = set()
-        for key, value in self._store.scan(K.CF_META, K.META_GROUP, b"H", 1 << 30):
-            self._load_group(key[1:].decode(), value)
+        with self._groups_lock:
+            for key, value in self._store.scan(K.CF_META, K.META_GROUP, b"H", 1 << 30):
+                self._load_group(key[1:].decode(), value)
         self._query = MessageQuery(self)
         # Consumers waiting in pull() sleep on _ready; _epoch counts fires.
         self._ready = threading.Condition(threading.Lock())
@@ -322,6 +326,7 @@ class EmbeddedBroker(BrokerAdapter):
 
     def flush(self, timeout_s: float = 10.0) -> None:
         """See :meth:`BrokerAdapter.flush`."""
+        self._check_open()
         self._sender.flush(timeout_s)
 
     # -- aborting and reading -----------------------------------------------------------
@@ -405,26 +410,33 @@ class EmbeddedBroker(BrokerAdapter):
     # -- consumer groups ------------------------------------------------------------------
 
     def _load_group(self, name: str, value: bytes) -> ConsumerGroup:
+        """Build a group from its stored subscription (``_groups_lock`` held)."""
         gid = int(K.U16.unpack_from(value)[0])
-        topics = json.loads(value[2:])
-        cursors = {}
-        acked = 0
-        meta = self._store.cf[K.CF_META]
-        for topic in [*topics, retry_topic(name)]:
-            tid = self._topic_id(topic)
-            stored = meta.get(K.META_CURSOR + K.tid_bytes(gid) + K.tid_bytes(tid))
-            if stored is None:
-                cursors[tid] = K.topic_range(tid)[0]
-            else:
-                cursors[tid] = stored[:-8]
-                acked = max(acked, int(K.U64.unpack(stored[-8:])[0]))
-        group = ConsumerGroup(gid, name, cursors, acked)
-        group.retry_tid = self._topic_ids[retry_topic(name)]
-        for tid, cursor in cursors.items():
-            group.ready[tid] = self._store.count(K.CF_READY, cursor, K.topic_range(tid)[1])
-            self._subscribers.setdefault(tid, []).append(group)
+        group = ConsumerGroup(gid, name, {}, 0)
+        with self._lock:
+            group.retry_tid = self._topic_id(retry_topic(name))
+        with group.lock:
+            for topic in [*json.loads(value[2:]), retry_topic(name)]:
+                self._attach_topic(group, topic)
         self._groups[name] = group
         return group
+
+    def _attach_topic(self, group: ConsumerGroup, topic: str) -> None:
+        """Start ``group`` reading ``topic`` at its stored cursor, or at the oldest
+        retained message (group lock held)."""
+        with self._lock:
+            tid = self._topic_id(topic)
+        if tid in group.cursors:
+            return
+        stored = self._store.cf[K.CF_META].get(K.META_CURSOR + group.gid_bytes + K.tid_bytes(tid))
+        if stored is None:
+            cursor = K.topic_range(tid)[0]
+        else:
+            cursor = stored[:-8]
+            group.acked_total = max(group.acked_total, int(K.U64.unpack(stored[-8:])[0]))
+        group.cursors[tid] = cursor
+        group.ready[tid] = self._store.count(K.CF_READY, cursor, K.topic_range(tid)[1])
+        self._subscribers.setdefault(tid, []).append(group)
 
     def consumer(
         self,
@@ -447,7 +459,7 @@ class EmbeddedBroker(BrokerAdapter):
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise InvalidArgument(f"{label} must be an int >= 1, got {limit!r}")
         self._check_open()
-        with self._lock:
+        with self._groups_lock:
             g = self._groups.get(group)
             known = set() if g is None else {self._topic_names[t] for t in g.cursors}
             if g is None or not set(names) <= known:
@@ -456,18 +468,12 @@ class EmbeddedBroker(BrokerAdapter):
                 value = K.U16.pack(gid) + json.dumps(subscribed).encode()
                 self._store.cf[K.CF_META].put(K.META_GROUP + group.encode(), value,
                                               self._store.write_opt)
-                if g is not None:
-                    for subs in self._subscribers.values():
-                        if g in subs:
-                            subs.remove(g)
-                    self._groups.pop(group)
-                    fresh = self._load_group(group, value)
-                    with g.lock:  # keep what this session already knows
-                        for tid, cur in g.cursors.items():
-                            fresh.cursors[tid] = max(cur, fresh.cursors[tid])
-                        fresh.inflight, fresh.by_topic = g.inflight, g.by_topic
-                        fresh.deadlines, fresh.acked_total = g.deadlines, g.acked_total
-                g = self._groups.get(group) or self._load_group(group, value)
+                if g is None:
+                    g = self._load_group(group, value)
+                else:
+                    with g.lock:
+                        for name in names:
+                            self._attach_topic(g, name)
             g.invisible_ms, g.max_attempts = invisible_ms, max_attempts
             tids = [self._topic_ids[n] for n in names] + [g.retry_tid]
         consumer = EmbeddedConsumer(self, g, tids, names, max_inflight, max_inflight_bytes)
@@ -505,19 +511,21 @@ class EmbeddedBroker(BrokerAdapter):
 
     def _ack(self, group: ConsumerGroup, receipt: bytes) -> bool:
         with group.lock:
-            flight = group.drop_flight(receipt)
+            flight = group.inflight.pop(receipt, None)
             if flight is None:
                 return False
+            consumer = flight.consumer
+            consumer.held -= 1
+            consumer.held_bytes -= flight.size
+            group.dirty.add(flight.tid)
             group.acked_total += 1
-            full = flight.consumer.held + 1 >= flight.consumer.max_inflight
-            now = self._now()
-            if now - group.last_commit_ms >= 50:
-                self._commit(group, now)
-        if full:
-            self._notify_consumers()
+            if time.monotonic() - group.last_commit >= _COMMIT_INTERVAL_S:
+                self._commit(group)
+        if consumer.held + 1 >= consumer.max_inflight:
+            self._notify_consumers()  # a pull may be waiting for room
         return True
 
-    def _commit(self, group: ConsumerGroup, now: int, batch: Any = None) -> None:
+    def _commit(self, group: ConsumerGroup, batch: Any = None) -> None:
         """Persist the dirty cursors of ``group`` (group lock held), or add them to ``batch``."""
         own = batch is None
         batch = self._store.batch() if own else batch
@@ -526,7 +534,7 @@ class EmbeddedBroker(BrokerAdapter):
             batch.put(K.META_CURSOR + group.gid_bytes + K.tid_bytes(tid), group.cursor_value(tid),
                       h_meta)
         group.dirty.clear()
-        group.last_commit_ms = now
+        group.last_commit = time.monotonic()
         if own:
             self._store.write(batch, lazy=True)
 
@@ -571,7 +579,7 @@ class EmbeddedBroker(BrokerAdapter):
                 note = b"R" + K.U16.pack(flight.attempts) + wkey + note_reason
                 self._count_pending(batch, {tid: 1})
             batch.put(group.gid_bytes + raw, note, store.handle[K.CF_CONSUME])
-            self._commit(group, now, batch)
+            self._commit(group, batch)
             store.write(batch)
             if not dead:
                 self._wheel.schedule(wkey, tid, record)
@@ -635,8 +643,8 @@ class EmbeddedBroker(BrokerAdapter):
                 for flight in group.expired(now):
                     group.drop_flight(flight.receipt)
                     self._redeliver(group, flight, 0, "invisible time expired", dead=False)
-                if group.dirty and now - group.last_commit_ms >= 50:
-                    self._commit(group, now)
+                if group.dirty and time.monotonic() - group.last_commit >= _COMMIT_INTERVAL_S:
+                    self._commit(group)
                 nd = group.next_deadline()
             if nd is not None and (soonest is None or nd < soonest):
                 soonest = nd
@@ -701,10 +709,9 @@ class EmbeddedBroker(BrokerAdapter):
         self._thread.join(timeout=10)
         for consumer in list(self._consumers):
             consumer.closed = True
-        now = self._now()
         for group in self._groups.values():
             with group.lock:
                 group.dirty.update(group.cursors)
-                self._commit(group, now)
+                self._commit(group)
         with self._lock:
             self._store.close()

@@ -17,22 +17,15 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from broker_adapter.base import Consumer
-from broker_adapter.embedded.keys import (
-    CF_READY,
-    U64,
-    id_tid,
-    next_key,
-    tid_bytes,
-    topic_range,
-)
-from broker_adapter.embedded.records import Record
+from broker_adapter.embedded.keys import CF_READY, U64, tid_bytes, topic_range
+from broker_adapter.embedded.records import delivery_fields
 from broker_adapter.errors import BrokerClosed, InvalidArgument
-from broker_adapter.results import MessageState, ReceivedMessage
+from broker_adapter.results import NO_PROPERTIES, MessageState, ReceivedMessage
 
 if TYPE_CHECKING:
     from broker_adapter.embedded.broker import EmbeddedBroker
@@ -79,36 +72,47 @@ class ConsumerGroup:
         self.cursors = cursors
         self.ready: dict[int, int] = {}
         self.inflight: dict[bytes, Flight] = {}
-        self.by_topic: dict[int, OrderedDict[bytes, None]] = {}
-        self.deadlines: list[tuple[int, bytes]] = []
+        # Per topic, pulled keys in pull (= key) order; acked ones are skipped lazily.
+        self.by_topic: dict[int, deque[bytes]] = {}
+        # One entry per pull: (deadline, pull number, the keys it put in flight).
+        self.deadlines: list[tuple[int, int, list[bytes]]] = []
+        self._pulls = 0
         self.acked_total = acked_total
         self.dirty: set[int] = set()
-        self.last_commit_ms = 0
+        self.last_commit = 0.0  # time.monotonic() of the last cursor write
         self.retry_tid = -1
         self.invisible_ms = 60_000
         self.max_attempts = 16
 
     def committed(self, tid: int) -> bytes:
         """The durable position of topic ``tid``: oldest in-flight key, or the cursor."""
-        flights = self.by_topic.get(tid)
-        if flights:
-            return next(iter(flights))
-        return self.cursors[tid]
+        keys = self.by_topic.get(tid)
+        inflight = self.inflight
+        while keys and keys[0] not in inflight:
+            keys.popleft()
+        return keys[0] if keys else self.cursors[tid]
 
-    def add_flight(self, flight: Flight) -> None:
-        """Record a pulled message."""
-        self.inflight[flight.receipt] = flight
-        self.by_topic.setdefault(flight.tid, OrderedDict())[flight.receipt] = None
-        heapq.heappush(self.deadlines, (flight.deadline, flight.receipt))
-        flight.consumer.held += 1
-        flight.consumer.held_bytes += flight.size
+    def add_flights(self, flights: list[Flight], deadline: int) -> None:
+        """Record messages pulled together (they share one invisible-time deadline)."""
+        if not flights:
+            return
+        inflight = self.inflight
+        receipts = []
+        for f in flights:
+            inflight[f.receipt] = f
+            receipts.append(f.receipt)
+            keys = self.by_topic.get(f.tid)
+            if keys is None:
+                keys = self.by_topic[f.tid] = deque()
+            keys.append(f.receipt)
+        self._pulls += 1
+        heapq.heappush(self.deadlines, (deadline, self._pulls, receipts))
 
     def drop_flight(self, receipt: bytes) -> Flight | None:
         """Forget an in-flight message (acked, nacked or expired); ``None`` if unknown."""
         flight = self.inflight.pop(receipt, None)
         if flight is None:
             return None
-        del self.by_topic[flight.tid][receipt]
         flight.consumer.held -= 1
         flight.consumer.held_bytes -= flight.size
         self.dirty.add(flight.tid)
@@ -119,18 +123,16 @@ class ConsumerGroup:
         out: list[Flight] = []
         dl = self.deadlines
         while dl and dl[0][0] <= now_ms:
-            deadline, receipt = heapq.heappop(dl)
-            flight = self.inflight.get(receipt)
-            if flight is not None and flight.deadline == deadline:
-                out.append(flight)
+            deadline, _, receipts = heapq.heappop(dl)
+            for receipt in receipts:
+                flight = self.inflight.get(receipt)
+                if flight is not None and flight.deadline == deadline:
+                    out.append(flight)
         return out
 
     def next_deadline(self) -> int | None:
-        """The earliest invisible-time deadline, if any."""
-        dl = self.deadlines
-        while dl and dl[0][1] not in self.inflight:
-            heapq.heappop(dl)
-        return dl[0][0] if dl else None
+        """The earliest invisible-time deadline (possibly of messages acked since)."""
+        return self.deadlines[0][0] if self.deadlines else None
 
     def state_of(self, tid: int, ready_key: bytes) -> MessageState:
         """This group's state of the fired message at ``ready_key`` of topic ``tid``."""
@@ -196,8 +198,9 @@ class EmbeddedConsumer(Consumer):
             return out
         broker = self._broker
         tails = broker._tails
-        store = broker._store
+        names = broker._topic_names
         deadline = now_ms + group.invisible_ms
+        flights: list[Flight] = []
         tids = self._tids
         n = len(tids)
         self._turn = (self._turn + 1) % n
@@ -207,32 +210,26 @@ class EmbeddedConsumer(Consumer):
             tail = tails.get(tid)
             if tail is None or cursor > tail:
                 continue
-            rows = store.scan(CF_READY, cursor, topic_range(tid)[1], room - len(out))
+            rows = broker._store.scan(CF_READY, cursor, topic_range(tid)[1], room - len(out))
+            taken = 0
             for receipt, data in rows:
                 size = len(data)
                 if out and self.held_bytes + size > self.max_inflight_bytes:
                     break
-                rec = Record(data)
-                attempts = rec.attempts + 1
-                group.add_flight(Flight(receipt, tid, data, attempts, deadline, size, self))
-                group.cursors[tid] = next_key(receipt)
-                group.ready[tid] = group.ready.get(tid, 0) - 1
-                out.append(
-                    ReceivedMessage(
-                        msg_id=rec.raw_id.hex(),
-                        topic=broker._topic_names[id_tid(rec.raw_id)],
-                        body=rec.body,
-                        deliver_at_ms=rec.deliver_at,
-                        born_ms=rec.born,
-                        attempts=attempts,
-                        receipt=receipt,
-                        key=rec.key,
-                        tags=rec.tags,
-                        properties=rec.props,
-                    )
-                )
+                attempts, due, born, raw, key, tags, props, body = delivery_fields(data)
+                attempts += 1
+                flights.append(Flight(receipt, tid, data, attempts, deadline, size, self))
+                self.held += 1
+                self.held_bytes += size
+                out.append(ReceivedMessage(raw.hex(), names[(raw[14] << 8) | raw[15]], body,
+                                           due, born, attempts, receipt, key, tags,
+                                           props or NO_PROPERTIES))
+                group.cursors[tid] = receipt + b"\x00"
+                taken += 1
+            group.ready[tid] = group.ready.get(tid, 0) - taken
             if len(out) >= room or self.held_bytes >= self.max_inflight_bytes:
                 break
+        group.add_flights(flights, deadline)
         return out
 
     def ack(self, message: ReceivedMessage) -> bool:

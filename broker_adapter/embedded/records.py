@@ -58,6 +58,21 @@ def with_topic_and_attempts(record: bytes, tid: int, attempts: int, deliver_at: 
     return bytes(head) + record[HEAD_SIZE:]
 
 
+def delivery_fields(
+    data: bytes,
+) -> tuple[int, int, int, bytes, str | None, str | None, dict[str, str] | None, bytes]:
+    """The fields a consumer needs, fast: ``(attempts, deliver_at, born, raw_id, key, tags,
+    props or None, body)``."""
+    _v, _f, _tid, attempts, deliver_at, born, raw_id, klen, tlen, plen = _HEAD.unpack_from(data)
+    pos = HEAD_SIZE
+    key = data[pos : pos + klen].decode() if klen else None
+    pos += klen
+    tags = data[pos : pos + tlen].decode() if tlen else None
+    pos += tlen
+    props = json.loads(data[pos : pos + plen]) if plen else None
+    return attempts, deliver_at, born, raw_id, key, tags, props, data[pos + plen :]
+
+
 class Record:
     """A decoded record (fields only; the body is a slice of the stored bytes)."""
 

@@ -107,15 +107,11 @@ class RocksStore:
         opt = ReadOptions()
         opt.set_iterate_lower_bound(lower)
         opt.set_iterate_upper_bound(upper)
-        it = self.cf[cf].iter(opt)
-        it.seek(lower)
         out: list[tuple[bytes, bytes]] = []
-        while it.valid() and len(out) < limit:
-            key = it.key()
-            if key >= upper:  # belt and braces: bounds have misbehaved in some builds
-                break
-            out.append((key, it.value()))
-            it.next()
+        for key, value in self.cf[cf].items(from_key=lower, read_opt=opt):
+            if len(out) >= limit or key >= upper:  # type: ignore[operator]  # raw mode: bytes
+                break  # (the bound check is belt and braces: bounds misbehaved in some builds)
+            out.append((key, value))  # type: ignore[arg-type]
         return out
 
     def count(self, cf: str, lower: bytes, upper: bytes) -> int:
