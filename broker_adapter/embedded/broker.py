@@ -279,7 +279,7 @@ class EmbeddedBroker(BrokerAdapter):
                     dup = batch_keys.get(index)
                     if dup is None:
                         old = keys_cf.get(index)
-                        if old is not None and wheel_cf.get(old) is not None:
+                        if old is not None and self._key_taken(old, due, wheel_cf):
                             dup = SendResult(_DUP, (old[2:] + prefix[tid]).hex(), K.wheel_time(old))
                     if dup is not None:
                         results.append(SendResult(_DUP, dup.msg_id, dup.deliver_at_ms))
@@ -303,6 +303,13 @@ class EmbeddedBroker(BrokerAdapter):
         if entries and min(dues) < self._planned_wake:
             self._kick()
         return results
+
+    def _key_taken(self, old: bytes, due: int, wheel_cf: Any) -> bool:
+        """Whether the message at wheel key ``old`` makes a new send with its key a
+        duplicate: it is pending, or it fired (not aborted) at the same ``due`` ms."""
+        if wheel_cf.get(old) is not None:
+            return True
+        return K.wheel_time(old) == due and self._store.cf[K.CF_ABORTED].get(old) is None
 
     def _count_pending(self, batch: Any, counts: dict[int, int], fired: bool = False) -> None:
         """Add ``counts`` to pending (or move them to fired) in memory and in ``batch``."""
