@@ -74,7 +74,10 @@ class Consumer(abc.ABC):
         default 60 s) passes; then it is delivered again with ``attempts`` + 1.
         Flow control: while this consumer holds ``max_inflight`` messages (default
         1,000) or ``max_inflight_bytes`` of bodies (default 100 MiB), pull returns
-        no more (waiting up to ``wait_ms`` for room) until some are acked or nacked.
+        no more (waiting up to ``wait_ms`` for room) until some are acked or nacked;
+        below both limits a pull hands out at least one message, even one that
+        crosses the byte limit. ``wait_ms`` is real time; invisible time, delays
+        and backoff follow the broker's clock.
 
         :raises InvalidArgument: for ``max_messages`` < 1 or ``wait_ms`` < 0.
         :raises BrokerClosed: when the consumer or its broker is closed.
@@ -84,9 +87,9 @@ class Consumer(abc.ABC):
     def ack(self, message: ReceivedMessage) -> bool:
         """Mark the message consumed by this group.
 
-        Returns ``True`` if it was in flight here, ``False`` if not (already acked,
-        nacked, or its invisible time passed and it went back for redelivery); a
-        second ack changes nothing.
+        Returns ``True`` if it was in flight in this group (any member may ack),
+        ``False`` if not (already acked, nacked, or its invisible time passed and
+        it went back for redelivery); a second ack changes nothing.
 
         :raises BrokerClosed: when the consumer or its broker is closed.
         """
@@ -112,8 +115,9 @@ class Consumer(abc.ABC):
     def dead_letter(self, message: ReceivedMessage, reason: str) -> bool:
         """Move the message to ``%DLQ%<group>`` now, recording ``reason``.
 
-        For failures no retry can fix (e.g. an unknown job). Returns ``False``
-        (doing nothing) when the message was not in flight here.
+        For failures no retry can fix (e.g. an unknown job). The dead letter keeps
+        its ``msg_id``. Returns ``False`` (doing nothing) when the message was not
+        in flight here.
 
         :raises BrokerClosed: when the consumer or its broker is closed.
         """
@@ -181,7 +185,8 @@ class BrokerAdapter(abc.ABC):
         """Send without waiting; ``callback(result, None)`` or ``callback(None, error)``
         is called exactly once, on another thread, when the send completes.
 
-        :raises InvalidMessage: at once, for what can be checked without the broker.
+        :raises InvalidMessage: at once, for what can be checked without a round
+            trip (including ``MessageTooLarge`` against the broker's limit).
         :raises BrokerClosed: when the broker is closed.
         """
 
@@ -206,8 +211,9 @@ class BrokerAdapter(abc.ABC):
         The abort takes effect when it arrives and is durable: ``ABORTED`` means
         the message will never be delivered, whatever the race with its fire time.
         ``ALREADY_DELIVERED`` means it had fired before the abort arrived (it may
-        be ready, in flight or done). ``NOT_FOUND`` means no such message (for a
-        key: no message with that key on that topic). Aborting twice answers
+        be ready, in flight or done); by key, it names the last message sent with
+        that key. ``NOT_FOUND`` means no such message (for a key: no message with
+        that key on that topic). Aborting twice (by id or by key) answers
         ``ABORTED`` twice. After an abort the key is free for a new message.
 
         :raises InvalidArgument: unless exactly one of ``msg_id`` or

@@ -1,8 +1,8 @@
 """The one error tree of chronoq.
 
 Every error chronoq raises derives from :class:`ChronoqError`. Errors about bad
-input also derive from :class:`ValueError` (or :class:`TypeError` for a wrong
-type), so callers that already catch those keep working. Each message says what
+input also derive from :class:`ValueError` (a wrong type included), so callers
+that already catch those keep working. Each message says what
 was wrong and what to do about it.
 
 ::

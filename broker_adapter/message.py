@@ -19,7 +19,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from broker_adapter.errors import InvalidDelay, InvalidMessage, InvalidTopic
@@ -90,7 +90,7 @@ class Message:
     body: bytes = b""
     key: str | None = None
     tags: str | None = None
-    properties: Mapping[str, str] | None = None
+    properties: Mapping[str, str] | None = field(default=None, hash=False)
     delay_ms: int | None = None
     delay_sec: float | None = None
     delay_level: int | None = None

@@ -30,8 +30,9 @@ def main(data_dir: str, journal_path: str) -> None:
     while True:
         n += 1
         if n % 5 == 0:
-            batch = [Message("crash", b"b%d" % i, delay_ms=rng.randrange(0, 3000))
-                     for i in range(50)]
+            batch = [
+                Message("crash", b"b%d" % i, delay_ms=rng.randrange(0, 3000)) for i in range(50)
+            ]
             journal.writelines(f"sent {res.msg_id}\n" for res in broker.send_batch(batch))
         else:
             res = broker.send(Message("crash", b"s", key=f"k{n}", delay_ms=rng.randrange(0, 3000)))

@@ -43,8 +43,14 @@ def test_parse_id_rejects_malformed(text: str, blob: bytes) -> None:
 
 
 @given(
-    st.integers(1, 0xFFFF), st.integers(0, 0xFFFF), times, times, st.binary(min_size=16, max_size=16),
-    st.text(max_size=20), st.text(max_size=10), st.binary(max_size=200),
+    st.integers(1, 0xFFFF),
+    st.integers(0, 0xFFFF),
+    times,
+    times,
+    st.binary(min_size=16, max_size=16),
+    st.text(max_size=20),
+    st.text(max_size=10),
+    st.binary(max_size=200),
 )
 def test_record_round_trip(
     tid: int, attempts: int, due: int, born: int, raw: bytes, key: str, tags: str, body: bytes
@@ -52,7 +58,12 @@ def test_record_round_trip(
     data = encode(tid, attempts, due, born, raw, key.encode(), tags.encode(), b'{"a":"b"}', body)
     rec = Record(data)
     assert (rec.tid, rec.attempts, rec.deliver_at, rec.born, rec.raw_id) == (
-        tid, attempts, due, born, raw)
+        tid,
+        attempts,
+        due,
+        born,
+        raw,
+    )
     assert (rec.key or "", rec.tags or "", rec.props, rec.body) == (key, tags, {"a": "b"}, body)
 
 
@@ -63,8 +74,9 @@ class WheelAgainstSortedList(RuleBasedStateMachine):
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="chronoq-wheel-")
         self.store = RocksStore(self.dir)
-        self.wheel = TimingWheel(self.store, K.wheel_key(0, 0), window_ms=40, step_ms=10,
-                                 max_entries=6, chunk=3)
+        self.wheel = TimingWheel(
+            self.store, K.wheel_key(0, 0), window_ms=40, step_ms=10, max_entries=6, chunk=3
+        )
         self.now = 1_000
         self.seq = 0
         self.model: list[bytes] = []
@@ -111,8 +123,9 @@ class WheelAgainstSortedList(RuleBasedStateMachine):
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-WheelAgainstSortedList.TestCase.settings = settings(max_examples=60, stateful_step_count=40,
-                                                    deadline=None)
+WheelAgainstSortedList.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=40, deadline=None
+)
 test_wheel_against_sorted_list = WheelAgainstSortedList.TestCase
 
 
@@ -120,14 +133,16 @@ def test_refill_in_chunks_loses_nothing(tmp_path: object) -> None:
     """More entries due in one window than a chunk holds: all fire, in order."""
     store = RocksStore(str(tmp_path))
     try:
-        wheel = TimingWheel(store, K.wheel_key(0, 0), window_ms=40, step_ms=10, max_entries=6,
-                            chunk=3)
+        wheel = TimingWheel(
+            store, K.wheel_key(0, 0), window_ms=40, step_ms=10, max_entries=6, chunk=3
+        )
         assert wheel.pop_due(1_000, 10) == []
         keys = []
         for seq in range(10):
             key = K.wheel_key(1_100 + seq % 3, seq)
-            store.cf[K.CF_WHEEL].put(key, encode(1, 0, 1_100, 1_000, key[2:] + b"\x00\x01",
-                                                 b"", b"", b"", b""))
+            store.cf[K.CF_WHEEL].put(
+                key, encode(1, 0, 1_100, 1_000, key[2:] + b"\x00\x01", b"", b"", b"", b"")
+            )
             wheel.schedule(key, 1, b"")
             keys.append(key)
         fired = []

@@ -1,0 +1,153 @@
+"""The conformance suite runs once per adapter listed in :data:`ADAPTERS`.
+
+Each test gets a :class:`Harness`: the broker under test, the ``ManualClock`` it
+reads time from, and ``reopen()`` for durability tests. Test bodies use only
+the ``BrokerAdapter``/``Consumer`` contract plus the harness, never an adapter's
+own API.
+
+Adding an adapter (remote server, Redis) means writing one factory, a function
+``(request, workdir) -> AdapterFactory``, and appending an :class:`AdapterSpec`
+with ``marks=(pytest.mark.external_service,)`` when it needs a running service.
+A factory whose ``open`` cannot share the test's clock or whose data cannot
+survive a close sets ``can_reopen=False``; tests that need it then skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from broker_adapter.base import BrokerAdapter, Consumer
+from broker_adapter.clock import ManualClock
+from broker_adapter.errors import BrokerClosed
+
+
+class AdapterFactory(Protocol):
+    """Opens brokers of one adapter on one test's data (same data on every call)."""
+
+    can_reopen: bool
+
+    def open(self, clock: ManualClock) -> BrokerAdapter:
+        """A new broker reading time from ``clock``."""
+        ...
+
+    def cleanup(self) -> None:
+        """Drop the test's data (e.g. flush a Redis db); called after the broker closed."""
+        ...
+
+
+@dataclass
+class EmbeddedFactory:
+    """The embedded RocksDB broker on a directory under the test's tmp_path."""
+
+    path: Path
+    can_reopen: bool = True
+
+    def open(self, clock: ManualClock) -> BrokerAdapter:
+        from broker_adapter.embedded import EmbeddedBroker
+
+        return EmbeddedBroker(str(self.path), clock=clock)
+
+    def cleanup(self) -> None:
+        """tmp_path is removed by pytest."""
+
+
+def _embedded(request: pytest.FixtureRequest, workdir: Path) -> AdapterFactory:
+    return EmbeddedFactory(workdir / "embedded")
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """One row of the adapter table: an id, a factory maker and pytest marks."""
+
+    id: str
+    make: Callable[[pytest.FixtureRequest, Path], AdapterFactory]
+    marks: tuple[Any, ...] = ()
+
+
+#: Every adapter the contract suite runs against. Later:
+#: ``AdapterSpec("remote", _remote, marks=(pytest.mark.external_service,))``,
+#: ``AdapterSpec("redis", _redis, marks=(pytest.mark.external_service,))``.
+ADAPTERS: list[AdapterSpec] = [
+    AdapterSpec("embedded", _embedded),
+]
+
+
+@dataclass
+class Harness:
+    """The broker under test plus the clock it runs on.
+
+    :ivar broker: the open broker (replaced by :meth:`reopen`).
+    :ivar clock: the ``ManualClock`` the broker reads.
+    """
+
+    adapter: str
+    factory: AdapterFactory
+    clock: ManualClock
+    broker: BrokerAdapter = field(init=False)
+    _consumers: list[Consumer] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.broker = self.factory.open(self.clock)
+
+    @property
+    def now(self) -> int:
+        """The broker's current time, epoch ms."""
+        return self.clock.now_ms()
+
+    def advance(self, ms: int) -> int:
+        """Move the broker's time forward by ``ms``; returns the new time."""
+        return self.clock.advance(ms)
+
+    def consumer(self, group: str, topics: Iterable[str], **kwargs: Any) -> Consumer:
+        """``broker.consumer(...)``, closed for you at the end of the test."""
+        c = self.broker.consumer(group, list(topics), **kwargs)
+        self._consumers.append(c)
+        return c
+
+    def reopen(self) -> BrokerAdapter:
+        """Close the broker and open a new one on the same data and clock."""
+        if not self.factory.can_reopen:
+            pytest.skip(f"the {self.adapter} adapter cannot reopen its data")
+        self._close_consumers()
+        self.broker.close()
+        self.broker = self.factory.open(self.clock)
+        return self.broker
+
+    def _close_consumers(self) -> None:
+        for c in self._consumers:
+            try:
+                c.close()
+            except BrokerClosed:
+                pass
+        self._consumers.clear()
+
+    def close(self) -> None:
+        """Close consumers and broker (both harmless when already closed)."""
+        self._close_consumers()
+        self.broker.close()
+
+
+@pytest.fixture(params=[pytest.param(a, id=a.id, marks=a.marks) for a in ADAPTERS])
+def harness(
+    request: pytest.FixtureRequest, tmp_path: Path, manual_clock: ManualClock
+) -> Iterator[Harness]:
+    """A fresh broker of each adapter in :data:`ADAPTERS`, on a ManualClock."""
+    spec: AdapterSpec = request.param
+    factory = spec.make(request, tmp_path)
+    h = Harness(spec.id, factory, manual_clock)
+    try:
+        yield h
+    finally:
+        h.close()
+        factory.cleanup()
+
+
+@pytest.fixture
+def broker(harness: Harness) -> BrokerAdapter:
+    """The broker under test (parametrized by adapter through ``harness``)."""
+    return harness.broker
