@@ -248,6 +248,27 @@ def test_key_is_free_again_after_the_message_fired(harness: Harness) -> None:
     assert second.msg_id != first.msg_id
 
 
+def test_resending_a_fired_occurrence_at_the_same_ms_is_a_duplicate(harness: Harness) -> None:
+    """A cron occurrence re-sent after it fired (slow second scheduler, restart) never fires twice."""
+    c = harness.consumer("g", [T])
+    due = harness.now + 1_000
+    first = harness.broker.send(Message(T, b"1", key="cron:job:1", deliver_at_ms=due))
+    harness.advance(1_000)
+    assert pull_one(c).msg_id == first.msg_id
+    again = harness.broker.send(Message(T, b"1", key="cron:job:1", deliver_at_ms=due))
+    assert again == SendResult(SendStatus.DUPLICATE, first.msg_id, due)
+    assert harness.broker.pending() == []
+    assert_nothing(c)
+
+
+def test_resending_an_aborted_message_at_the_same_ms_is_stored(harness: Harness) -> None:
+    due = harness.now + 5_000
+    first = harness.broker.send(Message(T, b"1", key="k", deliver_at_ms=due))
+    harness.broker.abort(first.msg_id)
+    again = harness.broker.send(Message(T, b"1", key="k", deliver_at_ms=due))
+    assert again.status is SendStatus.OK and again.msg_id != first.msg_id
+
+
 def test_concurrent_sends_of_one_key_store_exactly_one(harness: Harness) -> None:
     """Methods are thread safe: 8 threads racing on one key get one OK, 7 DUPLICATEs of it."""
     barrier = threading.Barrier(8)
