@@ -71,6 +71,7 @@ DEFAULT_RETENTION_MS = 72 * 3600 * 1000
 _SEQ_BLOCK = 1 << 20
 # Acks are persisted at most this often (a crash may redeliver what was acked since).
 _COMMIT_INTERVAL_S = 0.05
+_RANGE_DELETE_MIN = 256
 _OK, _DUP = SendStatus.OK, SendStatus.DUPLICATE
 
 
@@ -518,13 +519,13 @@ class EmbeddedBroker(BrokerAdapter):
 
     def _ack(self, group: ConsumerGroup, receipt: bytes) -> bool:
         with group.lock:
-            flight = group.inflight.pop(receipt, None)
-            if flight is None:
+            entry = group.inflight.pop(receipt, None)
+            if entry is None:
                 return False
-            consumer = flight.consumer
+            consumer = entry[1].consumer
             consumer.held -= 1
-            consumer.held_bytes -= flight.size
-            group.dirty.add(flight.tid)
+            consumer.held_bytes -= len(entry[0])
+            group.dirty.add((receipt[0] << 8) | receipt[1])
             group.acked_total += 1
             if time.monotonic() - group.last_commit >= _COMMIT_INTERVAL_S:
                 self._commit(group)
@@ -602,7 +603,7 @@ class EmbeddedBroker(BrokerAdapter):
         if self._closed:
             return
         with group.lock:
-            for flight in [f for f in group.inflight.values() if f.consumer is consumer]:
+            for flight in group.held_by(consumer):
                 group.drop_flight(flight.receipt)
                 self._redeliver(group, flight, 0, "consumer closed", dead=False)
 
@@ -628,8 +629,15 @@ class EmbeddedBroker(BrokerAdapter):
             prefix = self._tid_prefix
             counts: dict[int, int] = {}
             tails = {}
+            # Everything below the last fired key has now fired or was aborted, so a
+            # big chunk is one range tombstone; small ones stay point deletes
+            # (many range tombstones in a memtable slow reads down).
+            ranged = len(entries) >= _RANGE_DELETE_MIN
+            if ranged:
+                batch.delete_range(self._fired_upto, K.next_key(entries[-1][0]), h_wheel)
             for wkey, tid, record in entries:
-                batch.delete(wkey, h_wheel)
+                if not ranged:
+                    batch.delete(wkey, h_wheel)
                 ready_key = prefix[tid] + wkey
                 batch.put(ready_key, record, h_ready)
                 counts[tid] = counts.get(tid, 0) + 1

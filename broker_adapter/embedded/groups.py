@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from broker_adapter.base import Consumer
 from broker_adapter.embedded.keys import CF_READY, U64, tid_bytes, topic_range
-from broker_adapter.embedded.records import delivery_fields
+from broker_adapter.embedded.records import delivery_fields, record_attempts
 from broker_adapter.errors import BrokerClosed, InvalidArgument
 from broker_adapter.results import NO_PROPERTIES, MessageState, ReceivedMessage
 
@@ -31,28 +31,33 @@ if TYPE_CHECKING:
     from broker_adapter.embedded.broker import EmbeddedBroker
 
 
+class Pull:
+    """What the messages of one ``pull`` share: their deadline and their consumer."""
+
+    __slots__ = ("consumer", "deadline")
+
+    def __init__(self, deadline: int, consumer: EmbeddedConsumer) -> None:
+        self.deadline = deadline
+        self.consumer = consumer
+
+
 class Flight:
-    """One pulled, not yet acked message."""
+    """A view of one in-flight message, built on the slow paths (nack, expiry, release).
+
+    The hot path stores only ``receipt -> (record, pull)``: the topic id is the
+    receipt's prefix, the attempt count is in the record, its size is its length.
+    """
 
     __slots__ = ("attempts", "consumer", "deadline", "receipt", "record", "size", "tid")
 
-    def __init__(
-        self,
-        receipt: bytes,
-        tid: int,
-        record: bytes,
-        attempts: int,
-        deadline: int,
-        size: int,
-        consumer: EmbeddedConsumer,
-    ) -> None:
+    def __init__(self, receipt: bytes, record: bytes, pull: Pull) -> None:
         self.receipt = receipt
-        self.tid = tid
+        self.tid = (receipt[0] << 8) | receipt[1]
         self.record = record
-        self.attempts = attempts
-        self.deadline = deadline
-        self.size = size
-        self.consumer = consumer
+        self.attempts = record_attempts(record) + 1
+        self.deadline = pull.deadline
+        self.size = len(record)
+        self.consumer = pull.consumer
 
 
 class ConsumerGroup:
@@ -71,7 +76,7 @@ class ConsumerGroup:
         self.lock = threading.Lock()
         self.cursors = cursors
         self.ready: dict[int, int] = {}
-        self.inflight: dict[bytes, Flight] = {}
+        self.inflight: dict[bytes, tuple[bytes, Pull]] = {}
         # Per topic, pulled keys in pull (= key) order; acked ones are skipped lazily.
         self.by_topic: dict[int, deque[bytes]] = {}
         # One entry per pull: (deadline, pull number, the keys it put in flight).
@@ -92,27 +97,33 @@ class ConsumerGroup:
             keys.popleft()
         return keys[0] if keys else self.cursors[tid]
 
-    def add_flights(self, flights: list[Flight], deadline: int) -> None:
+    def add_pulled(self, receipts: list[bytes], records: list[bytes], pull: Pull) -> None:
         """Record messages pulled together (they share one invisible-time deadline)."""
-        if not flights:
+        if not receipts:
             return
         inflight = self.inflight
-        receipts = []
-        for f in flights:
-            inflight[f.receipt] = f
-            receipts.append(f.receipt)
-            keys = self.by_topic.get(f.tid)
+        by_topic = self.by_topic
+        for receipt, record in zip(receipts, records, strict=True):
+            inflight[receipt] = (record, pull)
+            tid = (receipt[0] << 8) | receipt[1]
+            keys = by_topic.get(tid)
             if keys is None:
-                keys = self.by_topic[f.tid] = deque()
-            keys.append(f.receipt)
+                keys = by_topic[tid] = deque()
+            keys.append(receipt)
         self._pulls += 1
-        heapq.heappush(self.deadlines, (deadline, self._pulls, receipts))
+        heapq.heappush(self.deadlines, (pull.deadline, self._pulls, receipts))
+
+    def flight(self, receipt: bytes) -> Flight | None:
+        """A view of the in-flight message ``receipt``, if it is in flight."""
+        entry = self.inflight.get(receipt)
+        return None if entry is None else Flight(receipt, entry[0], entry[1])
 
     def drop_flight(self, receipt: bytes) -> Flight | None:
         """Forget an in-flight message (acked, nacked or expired); ``None`` if unknown."""
-        flight = self.inflight.pop(receipt, None)
-        if flight is None:
+        entry = self.inflight.pop(receipt, None)
+        if entry is None:
             return None
+        flight = Flight(receipt, entry[0], entry[1])
         flight.consumer.held -= 1
         flight.consumer.held_bytes -= flight.size
         self.dirty.add(flight.tid)
@@ -125,10 +136,15 @@ class ConsumerGroup:
         while dl and dl[0][0] <= now_ms:
             deadline, _, receipts = heapq.heappop(dl)
             for receipt in receipts:
-                flight = self.inflight.get(receipt)
-                if flight is not None and flight.deadline == deadline:
-                    out.append(flight)
+                entry = self.inflight.get(receipt)
+                if entry is not None and entry[1].deadline == deadline:
+                    out.append(Flight(receipt, entry[0], entry[1]))
         return out
+
+    def held_by(self, consumer: EmbeddedConsumer) -> list[Flight]:
+        """Views of the messages ``consumer`` holds."""
+        return [Flight(r, rec, pull) for r, (rec, pull) in self.inflight.items()
+                if pull.consumer is consumer]
 
     def next_deadline(self) -> int | None:
         """The earliest invisible-time deadline (possibly of messages acked since)."""
@@ -199,8 +215,9 @@ class EmbeddedConsumer(Consumer):
         broker = self._broker
         tails = broker._tails
         names = broker._topic_names
-        deadline = now_ms + group.invisible_ms
-        flights: list[Flight] = []
+        pull = Pull(now_ms + group.invisible_ms, self)
+        receipts: list[bytes] = []
+        records: list[bytes] = []
         tids = self._tids
         n = len(tids)
         self._turn = (self._turn + 1) % n
@@ -211,30 +228,34 @@ class EmbeddedConsumer(Consumer):
             if tail is None or cursor > tail:
                 continue
             rows = broker._store.scan(CF_READY, cursor, topic_range(tid)[1], room - len(out))
+            held_bytes, max_bytes = self.held_bytes, self.max_inflight_bytes
             taken = 0
-            for receipt, data in rows:
+            for receipt, data in rows:  # hot loop: locals only, one object per message
                 size = len(data)
-                if out and self.held_bytes + size > self.max_inflight_bytes:
+                if out and held_bytes + size > max_bytes:
                     break
                 attempts, due, born, raw, key, tags, props, body = delivery_fields(data)
-                attempts += 1
-                flights.append(Flight(receipt, tid, data, attempts, deadline, size, self))
-                self.held += 1
-                self.held_bytes += size
+                receipts.append(receipt)
+                records.append(data)
+                held_bytes += size
                 out.append(ReceivedMessage(raw.hex(), names[(raw[14] << 8) | raw[15]], body,
-                                           due, born, attempts, receipt, key, tags,
+                                           due, born, attempts + 1, receipt, key, tags,
                                            props or NO_PROPERTIES))
-                group.cursors[tid] = receipt + b"\x00"
                 taken += 1
-            group.ready[tid] = group.ready.get(tid, 0) - taken
+            if taken:
+                group.cursors[tid] = receipts[-1] + b"\x00"
+                group.ready[tid] = group.ready.get(tid, 0) - taken
+                self.held += taken
+                self.held_bytes = held_bytes
             if len(out) >= room or self.held_bytes >= self.max_inflight_bytes:
                 break
-        group.add_flights(flights, deadline)
+        group.add_pulled(receipts, records, pull)
         return out
 
     def ack(self, message: ReceivedMessage) -> bool:
         """See :meth:`broker_adapter.base.Consumer.ack`."""
-        self._check()
+        if self.closed or self._broker._closed:
+            self._check()
         return self._broker._ack(self._group, message.receipt)
 
     def nack(

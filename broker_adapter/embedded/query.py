@@ -106,7 +106,7 @@ class MessageQuery:
             if note is None:
                 ready_key = self._broker._tid_prefix[tid] + wkey
                 state = group.state_of(tid, ready_key)
-                flight = group.inflight.get(ready_key)
+                flight = group.flight(ready_key)
                 tries = flight.attempts if flight else (0 if state is MessageState.READY else 1)
                 return state, tries, None, None
             kind = note[:1]

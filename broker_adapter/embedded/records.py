@@ -46,6 +46,11 @@ def record_tid(record: bytes) -> int:
     return (record[2] << 8) | record[3]
 
 
+def record_attempts(record: bytes) -> int:
+    """Deliveries already made of the message in ``record``."""
+    return (record[4] << 8) | record[5]
+
+
 def record_id(record: bytes) -> bytes:
     """The raw message id (16 bytes) in a record."""
     return record[22:38]

@@ -88,9 +88,16 @@ class TimingWheel:
         Loads from disk first when the near window runs short. Order is safe:
         the heap holds exactly the entries below the watermark, disk the rest.
         """
-        self.refill(now_ms)
         heap = self._heap
         bound = wheel_key(now_ms + 1, 0)
+        if not heap and self._next_disk_ms is not None and self._next_disk_ms <= now_ms:
+            # A backlog (burst, restart): fire straight from the sequential scan.
+            rows = self._store.scan(CF_WHEEL, self.watermark, bound, limit)
+            if rows:
+                self.watermark = rows[-1][0] + b"\x00"
+                self._next_disk_ms = wheel_time(self.watermark)
+                return [(key, record_tid(record), record) for key, record in rows]
+        self.refill(now_ms)
         cancelled = self._cancelled
         out: list[Entry] = []
         while len(out) < limit:
