@@ -10,7 +10,6 @@ Key layout: :mod:`broker_adapter.embedded.keys`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -27,18 +26,14 @@ from broker_adapter.base import (
     Consumer,
     SendCallback,
     dead_letter_topic,
-    retry_backoff_ms,
-    retry_topic,
 )
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.async_sender import AsyncSender
-from broker_adapter.embedded.groups import ConsumerGroup, EmbeddedConsumer, Flight
+from broker_adapter.embedded.group_registry import GroupRegistry
 from broker_adapter.embedded.query import MessageQuery
 from broker_adapter.embedded.records import (
     encode,
-    record_id,
-    with_topic_and_attempts,
 )
 from broker_adapter.embedded.store import RocksStore
 from broker_adapter.embedded.timing_wheel import TimingWheel
@@ -48,14 +43,12 @@ from broker_adapter.errors import (
     InvalidDelay,
     MessageTooLarge,
 )
-from broker_adapter.message import Message, check_topic
+from broker_adapter.message import Message
 from broker_adapter.results import (
     AbortResult,
     AbortStatus,
     BrokerStats,
-    GroupStats,
     MessageView,
-    ReceivedMessage,
     SendResult,
     SendStatus,
     TopicStats,
@@ -69,8 +62,6 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_DELAY_MS = 10 * 366 * 24 * 3600 * 1000
 DEFAULT_RETENTION_MS = 72 * 3600 * 1000
 _SEQ_BLOCK = 1 << 20
-# Acks are persisted at most this often (a crash may redeliver what was acked since).
-_COMMIT_INTERVAL_S = 0.05
 _RANGE_DELETE_MIN = 256
 _OK, _DUP = SendStatus.OK, SendStatus.DUPLICATE
 
@@ -139,17 +130,8 @@ class EmbeddedBroker(BrokerAdapter):
             if tail is not None:
                 self._tails[tid] = tail
         self._wheel = TimingWheel(self._store, fired_upto, window_ms=window_ms)
-        self._groups: dict[str, ConsumerGroup] = {}
-        self._groups_lock = threading.Lock()
-        self._subscribers: dict[int, list[ConsumerGroup]] = {}
-        self._consumers: set[EmbeddedConsumer] = set()
-        with self._groups_lock:
-            for key, value in self._store.scan(K.CF_META, K.META_GROUP, b"H", 1 << 30):
-                self._load_group(key[1:].decode(), value)
+        self._groups = GroupRegistry(self)
         self._query = MessageQuery(self)
-        # Consumers waiting in pull() sleep on _ready; _epoch counts fires.
-        self._ready = threading.Condition(threading.Lock())
-        self._epoch = 0
         self._wake = threading.Condition(threading.Lock())
         self._kicked = False
         self._planned_wake = 0
@@ -405,46 +387,12 @@ class EmbeddedBroker(BrokerAdapter):
                 name: TopicStats(max(self._pending.get(tid, 0), 0), self._fired.get(tid, 0))
                 for name, tid in self._topic_ids.items()
             }
-        groups = {}
-        for name, g in list(self._groups.items()):
-            with g.lock:
+            dead_of = {}
+            for name in self._groups.groups:
                 dlq = self._topic_ids.get(dead_letter_topic(name))
-                dead = self._fired.get(dlq, 0) if dlq else 0
-                groups[name] = GroupStats(ready=max(sum(g.ready.values()), 0),
-                                          inflight=len(g.inflight), dead=dead,
-                                          acked_total=g.acked_total)
+                dead_of[name] = self._fired.get(dlq, 0) if dlq else 0
+        groups = self._groups.stats(dead_of)
         return BrokerStats(topics=topics, groups=groups)
-
-    # -- consumer groups ------------------------------------------------------------------
-
-    def _load_group(self, name: str, value: bytes) -> ConsumerGroup:
-        """Build a group from its stored subscription (``_groups_lock`` held)."""
-        gid = int(K.U16.unpack_from(value)[0])
-        group = ConsumerGroup(gid, name, {}, 0)
-        with self._lock:
-            group.retry_tid = self._topic_id(retry_topic(name))
-        with group.lock:
-            for topic in [*json.loads(value[2:]), retry_topic(name)]:
-                self._attach_topic(group, topic)
-        self._groups[name] = group
-        return group
-
-    def _attach_topic(self, group: ConsumerGroup, topic: str) -> None:
-        """Start ``group`` reading ``topic`` at its stored cursor, or at the oldest
-        retained message (group lock held)."""
-        with self._lock:
-            tid = self._topic_id(topic)
-        if tid in group.cursors:
-            return
-        stored = self._store.cf[K.CF_META].get(K.META_CURSOR + group.gid_bytes + K.tid_bytes(tid))
-        if stored is None:
-            cursor = K.topic_range(tid)[0]
-        else:
-            cursor = stored[:-8]
-            group.acked_total = max(group.acked_total, int(K.U64.unpack(stored[-8:])[0]))
-        group.cursors[tid] = cursor
-        group.ready[tid] = self._store.count(K.CF_READY, cursor, K.topic_range(tid)[1])
-        self._subscribers.setdefault(tid, []).append(group)
 
     def consumer(
         self,
@@ -457,162 +405,9 @@ class EmbeddedBroker(BrokerAdapter):
         max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     ) -> Consumer:
         """See :meth:`BrokerAdapter.consumer`."""
-        check_topic(group)
-        names = tuple(dict.fromkeys(check_topic(t, allow_system=True) for t in topics))
-        if not names:
-            raise InvalidArgument("a consumer needs at least one topic")
-        for label, limit in (("invisible_ms", invisible_ms), ("max_attempts", max_attempts),
-                             ("max_inflight", max_inflight),
-                             ("max_inflight_bytes", max_inflight_bytes)):
-            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-                raise InvalidArgument(f"{label} must be an int >= 1, got {limit!r}")
-        self._check_open()
-        with self._groups_lock:
-            g = self._groups.get(group)
-            known = set() if g is None else {self._topic_names[t] for t in g.cursors}
-            if g is None or not set(names) <= known:
-                gid = g.gid if g is not None else len(self._groups) + 1
-                subscribed = sorted((known - {retry_topic(group)}) | set(names))
-                value = K.U16.pack(gid) + json.dumps(subscribed).encode()
-                self._store.cf[K.CF_META].put(K.META_GROUP + group.encode(), value,
-                                              self._store.write_opt)
-                if g is None:
-                    g = self._load_group(group, value)
-                else:
-                    with g.lock:
-                        for name in names:
-                            self._attach_topic(g, name)
-            g.invisible_ms, g.max_attempts = invisible_ms, max_attempts
-            tids = [self._topic_ids[n] for n in names] + [g.retry_tid]
-        consumer = EmbeddedConsumer(self, g, tids, names, max_inflight, max_inflight_bytes)
-        self._consumers.add(consumer)
-        return consumer
-
-    def _pull(self, consumer: EmbeddedConsumer, max_messages: int, wait_ms: int
-              ) -> list[ReceivedMessage]:
-        deadline = time.monotonic() + wait_ms / 1000
-        group = consumer.group_state
-        while True:
-            epoch = self._epoch
-            with group.lock:
-                got = consumer.take(max_messages, self._now())
-            if got:
-                self._maybe_kick_deadline(group)
-                return got
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or consumer.closed:
-                return got
-            with self._ready:
-                if self._epoch == epoch:
-                    self._ready.wait(remaining)
-            self._check_open()
-
-    def _maybe_kick_deadline(self, group: ConsumerGroup) -> None:
-        nd = group.next_deadline()
-        if nd is not None and nd < self._planned_wake:
-            self._kick()
-
-    def _notify_consumers(self) -> None:
-        with self._ready:
-            self._epoch += 1
-            self._ready.notify_all()
-
-    def _ack(self, group: ConsumerGroup, receipt: bytes) -> bool:
-        with group.lock:
-            entry = group.inflight.pop(receipt, None)
-            if entry is None:
-                return False
-            consumer = entry[1].consumer
-            consumer.held -= 1
-            consumer.held_bytes -= len(entry[0])
-            group.dirty.add((receipt[0] << 8) | receipt[1])
-            group.acked_total += 1
-            if time.monotonic() - group.last_commit >= _COMMIT_INTERVAL_S:
-                self._commit(group)
-        if consumer.held + 1 >= consumer.max_inflight:
-            self._notify_consumers()  # a pull may be waiting for room
-        return True
-
-    def _commit(self, group: ConsumerGroup, batch: Any = None) -> None:
-        """Persist the dirty cursors of ``group`` (group lock held), or add them to ``batch``."""
-        own = batch is None
-        batch = self._store.batch() if own else batch
-        h_meta = self._store.handle[K.CF_META]
-        for tid in group.dirty:
-            batch.put(K.META_CURSOR + group.gid_bytes + K.tid_bytes(tid), group.cursor_value(tid),
-                      h_meta)
-        group.dirty.clear()
-        group.last_commit = time.monotonic()
-        if own:
-            self._store.write(batch, lazy=True)
-
-    def _nack(self, group: ConsumerGroup, receipt: bytes, delay_ms: int | None,
-              reason: str | None, dead: bool) -> bool:
-        with group.lock:
-            flight = group.drop_flight(receipt)
-            if flight is None:
-                return False
-            self._redeliver(group, flight, delay_ms, reason, dead)
-        self._notify_consumers()
-        return True
-
-    def _redeliver(self, group: ConsumerGroup, flight: Flight, delay_ms: int | None,
-                   reason: str | None, dead: bool) -> None:
-        """Send an in-flight message to the group's retry topic or its DLQ (group lock held)."""
-        dead = dead or flight.attempts >= group.max_attempts
-        store = self._store
-        raw = record_id(flight.record)
-        note_reason = (reason or "").encode()[:4096]
-        with self._lock:
-            now = self._now()
-            batch = store.batch()
-            if dead:
-                tid = self._topic_id(dead_letter_topic(group.name))
-                wkey = K.wheel_key(now, self._next_seq())
-                ready_key = self._tid_prefix[tid] + wkey
-                record = with_topic_and_attempts(flight.record, tid, flight.attempts, now)
-                batch.put(ready_key, record, store.handle[K.CF_READY])
-                note = b"D" + K.U16.pack(flight.attempts) + wkey + note_reason
-                self._count_pending(batch, {tid: 1})
-                self._count_pending(batch, {tid: 1}, fired=True)
-                self._tails[tid] = ready_key
-            else:
-                tid = group.retry_tid
-                if delay_ms is None:
-                    delay_ms = retry_backoff_ms(flight.attempts)
-                due = now + delay_ms
-                wkey = K.wheel_key(due, self._next_seq())
-                record = with_topic_and_attempts(flight.record, tid, flight.attempts, due)
-                batch.put(wkey, record, store.handle[K.CF_WHEEL])
-                note = b"R" + K.U16.pack(flight.attempts) + wkey + note_reason
-                self._count_pending(batch, {tid: 1})
-            batch.put(group.gid_bytes + raw, note, store.handle[K.CF_CONSUME])
-            self._commit(group, batch)
-            store.write(batch)
-            if not dead:
-                self._wheel.schedule(wkey, tid, record)
-        if dead:
-            self._add_ready({tid: 1})
-        elif due < self._planned_wake:
-            self._kick()
-
-    def _release(self, consumer: EmbeddedConsumer) -> None:
-        """Give back a closing consumer's in-flight messages for redelivery at once."""
-        self._consumers.discard(consumer)
-        group = consumer.group_state
-        if self._closed:
-            return
-        with group.lock:
-            for flight in group.held_by(consumer):
-                group.drop_flight(flight.receipt)
-                self._redeliver(group, flight, 0, "consumer closed", dead=False)
-
-    def _add_ready(self, counts: dict[int, int]) -> None:
-        for tid, n in counts.items():
-            for group in self._subscribers.get(tid, ()):
-                with group.lock:
-                    group.ready[tid] = group.ready.get(tid, 0) + n
-        self._notify_consumers()
+        return self._groups.consumer(group, topics, invisible_ms=invisible_ms,
+                                     max_attempts=max_attempts, max_inflight=max_inflight,
+                                     max_inflight_bytes=max_inflight_bytes)
 
     # -- the wheel thread -------------------------------------------------------------------
 
@@ -647,23 +442,8 @@ class EmbeddedBroker(BrokerAdapter):
             batch.put(K.META_FIRED_UPTO, self._fired_upto, store.handle[K.CF_META])
             store.write(batch, lazy=True)
             self._tails.update(tails)
-        self._add_ready(counts)
+        self._groups.add_ready(counts)
         return len(entries)
-
-    def _housekeep(self, now: int) -> int | None:
-        """Redeliver expired in-flight messages, persist cursors; the next deadline."""
-        soonest = None
-        for group in list(self._groups.values()):
-            with group.lock:
-                for flight in group.expired(now):
-                    group.drop_flight(flight.receipt)
-                    self._redeliver(group, flight, 0, "invisible time expired", dead=False)
-                if group.dirty and time.monotonic() - group.last_commit >= _COMMIT_INTERVAL_S:
-                    self._commit(group)
-                nd = group.next_deadline()
-            if nd is not None and (soonest is None or nd < soonest):
-                soonest = nd
-        return soonest
 
     def _run(self) -> None:
         idle_s = 0.2
@@ -674,7 +454,7 @@ class EmbeddedBroker(BrokerAdapter):
                     time.sleep(0)  # let senders and consumers in between chunks
                     continue
                 now = self._now()
-                deadline = self._housekeep(now)
+                deadline = self._groups.housekeep(now)
                 if time.monotonic() - last_trim > 60:
                     last_trim = time.monotonic()
                     self._trim(now)
@@ -703,7 +483,7 @@ class EmbeddedBroker(BrokerAdapter):
         batch.delete_range(b"", floor, store.handle[K.CF_ABORTED])
         for tid, prefix in list(self._tid_prefix.items()):
             end = prefix + floor
-            for group in self._subscribers.get(tid, ()):
+            for group in self._groups.subscribers.get(tid, ()):
                 with group.lock:
                     end = min(end, group.committed(tid))
             if end > prefix:
@@ -720,13 +500,8 @@ class EmbeddedBroker(BrokerAdapter):
             self._closed = True
         self._clock.unsubscribe(self._kick)
         self._kick()
-        self._notify_consumers()
+        self._groups.notify()
         self._thread.join(timeout=10)
-        for consumer in list(self._consumers):
-            consumer.closed = True
-        for group in self._groups.values():
-            with group.lock:
-                group.dirty.update(group.cursors)
-                self._commit(group)
+        self._groups.close()
         with self._lock:
             self._store.close()

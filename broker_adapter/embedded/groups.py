@@ -203,7 +203,7 @@ class EmbeddedConsumer(Consumer):
         if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or wait_ms < 0:
             raise InvalidArgument(f"wait_ms must be an int >= 0, got {wait_ms!r}")
         self._check()
-        return self._broker._pull(self, max_messages, wait_ms)
+        return self._broker._groups.pull(self, max_messages, wait_ms)
 
     def take(self, max_messages: int, now_ms: int) -> list[ReceivedMessage]:
         """Read up to ``max_messages`` ready messages and put them in flight (group lock held)."""
@@ -256,7 +256,7 @@ class EmbeddedConsumer(Consumer):
         """See :meth:`broker_adapter.base.Consumer.ack`."""
         if self.closed or self._broker._closed:
             self._check()
-        return self._broker._ack(self._group, message.receipt)
+        return self._broker._groups.ack(self._group, message.receipt)
 
     def nack(
         self, message: ReceivedMessage, delay_ms: int | None = None, reason: str | None = None
@@ -267,19 +267,19 @@ class EmbeddedConsumer(Consumer):
         ):
             raise InvalidArgument(f"delay_ms must be an int >= 0 or None, got {delay_ms!r}")
         self._check()
-        return self._broker._nack(self._group, message.receipt, delay_ms, reason, dead=False)
+        return self._broker._groups.nack(self._group, message.receipt, delay_ms, reason, dead=False)
 
     def dead_letter(self, message: ReceivedMessage, reason: str) -> bool:
         """See :meth:`broker_adapter.base.Consumer.dead_letter`."""
         self._check()
-        return self._broker._nack(self._group, message.receipt, None, reason, dead=True)
+        return self._broker._groups.nack(self._group, message.receipt, None, reason, dead=True)
 
     def close(self) -> None:
         """See :meth:`broker_adapter.base.Consumer.close`."""
         if self.closed:
             return
         self.closed = True
-        self._broker._release(self)
+        self._broker._groups.release(self)
 
     @property
     def group_state(self) -> ConsumerGroup:

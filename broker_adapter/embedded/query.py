@@ -84,7 +84,7 @@ class MessageQuery:
         attempts = 0
         error = None
         deliver_at = None
-        for group in list(broker._subscribers.get(tid, ())):
+        for group in list(broker._groups.subscribers.get(tid, ())):
             state, tries, why, due = self._group_state(group, raw, tid, wkey)
             groups[group.name] = state
             attempts = max(attempts, tries)
