@@ -106,10 +106,13 @@ class ReceivedMessage(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class TopicStats:
-    """Counters of one topic."""
+    """Counters of one topic: messages on the wheel, fired so far, and (summed over
+    the groups that read it) fired but not yet pulled, and pulled but not yet acked."""
 
     pending: int = 0
     fired_total: int = 0
+    ready: int = 0
+    inflight: int = 0
 
 
 @dataclass(frozen=True, slots=True)

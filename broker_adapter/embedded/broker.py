@@ -383,15 +383,15 @@ class EmbeddedBroker(BrokerAdapter):
         """See :meth:`BrokerAdapter.stats`."""
         self._check_open()
         with self._lock:
-            topics = {
-                name: TopicStats(max(self._pending.get(tid, 0), 0), self._fired.get(tid, 0))
-                for name, tid in self._topic_ids.items()
-            }
+            counts = {name: (tid, max(self._pending.get(tid, 0), 0), self._fired.get(tid, 0))
+                      for name, tid in self._topic_ids.items()}
             dead_of = {}
-            for name in self._groups.groups:
+            for name in list(self._groups.groups):
                 dlq = self._topic_ids.get(dead_letter_topic(name))
                 dead_of[name] = self._fired.get(dlq, 0) if dlq else 0
-        groups = self._groups.stats(dead_of)
+        groups, ready, inflight = self._groups.stats(dead_of)
+        topics = {name: TopicStats(pending, fired, ready.get(tid, 0), inflight.get(tid, 0))
+                  for name, (tid, pending, fired) in counts.items()}
         return BrokerStats(topics=topics, groups=groups)
 
     def consumer(

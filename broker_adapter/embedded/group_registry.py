@@ -274,15 +274,24 @@ class GroupRegistry:
                 soonest = nd
         return soonest
 
-    def stats(self, dead_of: dict[str, int]) -> dict[str, GroupStats]:
-        """Per group counters; ``dead_of`` maps a group to its dead-letter count."""
+    def stats(self, dead_of: dict[str, int]) -> tuple[dict[str, GroupStats], dict[int, int],
+                                                       dict[int, int]]:
+        """Per group counters (``dead_of`` maps a group to its dead-letter count), and
+        per topic id the ready and in-flight counts summed over groups."""
         out = {}
+        ready: dict[int, int] = {}
+        inflight: dict[int, int] = {}
         for name, g in list(self.groups.items()):
             with g.lock:
                 out[name] = GroupStats(ready=max(sum(g.ready.values()), 0),
                                        inflight=len(g.inflight), dead=dead_of.get(name, 0),
                                        acked_total=g.acked_total)
-        return out
+                for tid, n in g.ready.items():
+                    ready[tid] = ready.get(tid, 0) + max(n, 0)
+                for receipt in g.inflight:
+                    tid = (receipt[0] << 8) | receipt[1]
+                    inflight[tid] = inflight.get(tid, 0) + 1
+        return out, ready, inflight
 
     def close(self) -> None:
         """Mark consumers closed, wake pullers, and persist every group's cursors."""

@@ -1181,6 +1181,8 @@ def test_stats_counts_pending_fired_ready_inflight_dead_acked(harness: Harness) 
     assert len(first) == 1
     g = group_stats(harness, "g")
     assert (g.ready, g.inflight, g.dead, g.acked_total) == (3, 1, 0, 0)
+    t = topic_stats(harness, "s")
+    assert (t.pending, t.ready, t.inflight) == (2, 3, 1)  # per topic too
 
     assert c.ack(first[0])
     two = pull_until(c, 2, max_messages=2)
