@@ -164,7 +164,9 @@ class GroupRegistry:
             entry = group.inflight.pop(receipt, None)
             if entry is None:
                 return False
-            consumer = entry[1].consumer
+            pull = entry[1]
+            pull.settle()
+            consumer = pull.consumer
             consumer.held -= 1
             consumer.held_bytes -= len(entry[0])
             group.dirty.add((receipt[0] << 8) | receipt[1])

@@ -32,13 +32,23 @@ if TYPE_CHECKING:
 
 
 class Pull:
-    """What the messages of one ``pull`` share: their deadline and their consumer."""
+    """What the messages of one ``pull`` share: their deadline, their consumer, and
+    the receipts still in flight (dropped once all are settled, so an acked pull
+    holds no memory while its deadline waits in the heap)."""
 
-    __slots__ = ("consumer", "deadline")
+    __slots__ = ("consumer", "deadline", "left", "receipts")
 
     def __init__(self, deadline: int, consumer: EmbeddedConsumer) -> None:
         self.deadline = deadline
         self.consumer = consumer
+        self.receipts: list[bytes] | None = None
+        self.left = 0
+
+    def settle(self) -> None:
+        """One of this pull's messages left flight."""
+        self.left -= 1
+        if self.left <= 0:
+            self.receipts = None
 
 
 class Flight:
@@ -79,8 +89,8 @@ class ConsumerGroup:
         self.inflight: dict[bytes, tuple[bytes, Pull]] = {}
         # Per topic, pulled keys in pull (= key) order; acked ones are skipped lazily.
         self.by_topic: dict[int, deque[bytes]] = {}
-        # One entry per pull: (deadline, pull number, the keys it put in flight).
-        self.deadlines: list[tuple[int, int, list[bytes]]] = []
+        # One entry per pull: (deadline, pull number, the pull).
+        self.deadlines: list[tuple[int, int, Pull]] = []
         self._pulls = 0
         self.acked_total = acked_total
         self.dirty: set[int] = set()
@@ -110,8 +120,9 @@ class ConsumerGroup:
             if keys is None:
                 keys = by_topic[tid] = deque()
             keys.append(receipt)
+        pull.receipts, pull.left = receipts, len(receipts)
         self._pulls += 1
-        heapq.heappush(self.deadlines, (pull.deadline, self._pulls, receipts))
+        heapq.heappush(self.deadlines, (pull.deadline, self._pulls, pull))
 
     def flight(self, receipt: bytes) -> Flight | None:
         """A view of the in-flight message ``receipt``, if it is in flight."""
@@ -123,6 +134,7 @@ class ConsumerGroup:
         entry = self.inflight.pop(receipt, None)
         if entry is None:
             return None
+        entry[1].settle()
         flight = Flight(receipt, entry[0], entry[1])
         flight.consumer.held -= 1
         flight.consumer.held_bytes -= flight.size
@@ -134,11 +146,11 @@ class ConsumerGroup:
         out: list[Flight] = []
         dl = self.deadlines
         while dl and dl[0][0] <= now_ms:
-            deadline, _, receipts = heapq.heappop(dl)
-            for receipt in receipts:
+            pull = heapq.heappop(dl)[2]
+            for receipt in pull.receipts or ():
                 entry = self.inflight.get(receipt)
-                if entry is not None and entry[1].deadline == deadline:
-                    out.append(Flight(receipt, entry[0], entry[1]))
+                if entry is not None and entry[1] is pull:
+                    out.append(Flight(receipt, entry[0], pull))
         return out
 
     def held_by(self, consumer: EmbeddedConsumer) -> list[Flight]:
