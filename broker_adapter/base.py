@@ -157,8 +157,9 @@ class BrokerAdapter(abc.ABC):
         ``key``, nothing is stored and the result is ``DUPLICATE`` with that
         message's id and time: sends with a key are idempotent. The same holds
         when the last message with that key already fired (and was not aborted)
-        and was due at the very same millisecond as this one: re-sending one
-        occurrence (e.g. a cron run ``cron:<name>:<fire_ms>``) never fires it twice.
+        and was asked for the very same due millisecond as this one (as given,
+        before a past time is moved to now): re-sending one occurrence (e.g. a
+        cron run ``cron:<name>:<fire_ms>``) never fires it twice.
 
         :raises MessageTooLarge: when the body is over the broker's max size
             (default 4 MiB); nothing is stored.

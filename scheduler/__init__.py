@@ -1,11 +1,13 @@
 """chronoq's scheduler layer: jobs, cron triggers, misfire rules and settings.
 
-This package holds the broker-independent parts; the ``Scheduler`` facade builds
-on them and on :mod:`broker_adapter`. Importing it is cheap (no Celery, no Spark).
+:class:`Scheduler` is the facade apps use (``@app.job``, ``@app.cron``,
+``job.schedule``/``cancel``); it builds on the broker-independent parts here and
+on :mod:`broker_adapter`. Importing it is cheap (no Celery, no Spark, no broker opened).
 """
 
 import logging
 
+from scheduler.cron import CronPlanner
 from scheduler.errors import (
     DuplicateJob,
     InvalidCron,
@@ -16,9 +18,11 @@ from scheduler.errors import (
     SchedulerError,
     UnserializableArgument,
 )
+from scheduler.handles import Call, JobHandle, ScheduledJob
 from scheduler.jobcall import JobCall
 from scheduler.misfire import MisfireDecision, latest_fire_times, resolve_misfires
 from scheduler.registry import JobRegistry
+from scheduler.scheduler import Scheduler
 from scheduler.settings import Settings
 from scheduler.spec import (
     CronSpec,
@@ -34,6 +38,8 @@ from scheduler.triggers import CronTrigger
 logging.getLogger("chronoq.scheduler").addHandler(logging.NullHandler())
 
 __all__ = [
+    "Call",
+    "CronPlanner",
     "CronSpec",
     "CronTrigger",
     "DuplicateJob",
@@ -42,12 +48,15 @@ __all__ = [
     "InvalidSchedule",
     "InvalidSettings",
     "JobCall",
+    "JobHandle",
     "JobNotFound",
     "JobRegistry",
     "JobSpec",
     "MisfireDecision",
     "MisfirePolicy",
     "RetryPolicy",
+    "ScheduledJob",
+    "Scheduler",
     "SchedulerError",
     "Settings",
     "TimingFields",

@@ -80,6 +80,10 @@ class JobRegistry:
         """The spec registered under ``name``, or ``None``."""
         return self._jobs.get(name)
 
+    def find_cron(self, name: str) -> CronSpec | None:
+        """The cron job registered under ``name``, or ``None`` (also for a plain job)."""
+        return self._crons.get(name)
+
     def crons(self) -> list[CronSpec]:
         """The cron jobs, in registration order."""
         with self._lock:

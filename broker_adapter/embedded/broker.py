@@ -260,14 +260,17 @@ class EmbeddedBroker(BrokerAdapter):
                     keyb = m.key.encode()
                     index = prefix[tid] + keyb
                     dup = batch_keys.get(index)
+                    asked = m.deliver_at_ms if m.deliver_at_ms is not None else due
                     if dup is None:
                         old = keys_cf.get(index)
-                        if old is not None and self._key_taken(old, due, wheel_cf):
-                            dup = SendResult(_DUP, (old[2:] + prefix[tid]).hex(), K.wheel_time(old))
+                        if old is not None and self._key_taken(old, asked, wheel_cf):
+                            old_key = old[:16]
+                            dup = SendResult(_DUP, (old_key[2:] + prefix[tid]).hex(),
+                                             K.wheel_time(old_key))
                     if dup is not None:
                         results.append(SendResult(_DUP, dup.msg_id, dup.deliver_at_ms))
                         continue
-                    batch.put(index, wkey, h_keys)
+                    batch.put(index, wkey + K.U64.pack(asked), h_keys)
                 record = encode(tid, 0, due, now, raw, keyb,
                                 m.tags.encode() if m.tags else b"", props_of.get(i, b""), m.body)
                 batch.put(wkey, record, h_wheel)
@@ -287,12 +290,17 @@ class EmbeddedBroker(BrokerAdapter):
             self._kick()
         return results
 
-    def _key_taken(self, old: bytes, due: int, wheel_cf: Any) -> bool:
-        """Whether the message at wheel key ``old`` makes a new send with its key a
-        duplicate: it is pending, or it fired (not aborted) at the same ``due`` ms."""
+    def _key_taken(self, entry: bytes, asked: int, wheel_cf: Any) -> bool:
+        """Whether the key index ``entry`` (wheel key + requested due ms) makes a new
+        send with that key, asked for ``asked`` ms, a duplicate: its message is
+        pending, or it fired (not aborted) and was asked for the same ms. The
+        requested time counts, not the clamped one, so re-sending an occurrence
+        whose time has passed is still recognised."""
+        old = entry[:16]
         if wheel_cf.get(old) is not None:
             return True
-        return K.wheel_time(old) == due and self._store.cf[K.CF_ABORTED].get(old) is None
+        return (int(K.U64.unpack_from(entry, 16)[0]) == asked
+                and self._store.cf[K.CF_ABORTED].get(old) is None)
 
     def _count_pending(self, batch: Any, counts: dict[int, int], fired: bool = False) -> None:
         """Add ``counts`` to pending (or move them to fired) in memory and in ``batch``."""
@@ -342,7 +350,8 @@ class EmbeddedBroker(BrokerAdapter):
                     self._tid_prefix[tid] + key.encode())
                 if tid is None or found is None:
                     return AbortResult(AbortStatus.NOT_FOUND, None)
-                wkey, raw = found, K.make_id(found, tid)
+                wkey = found[:16]
+                raw = K.make_id(wkey, tid)
                 msg_id = raw.hex()
             record = store.cf[K.CF_WHEEL].get(wkey)
             if record is None:

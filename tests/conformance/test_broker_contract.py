@@ -261,6 +261,20 @@ def test_resending_a_fired_occurrence_at_the_same_ms_is_a_duplicate(harness: Har
     assert_nothing(c)
 
 
+def test_resending_a_fired_occurrence_whose_time_has_passed_is_a_duplicate(
+    harness: Harness,
+) -> None:
+    """The asked-for time counts, not the clamped one: a late re-send is still recognised."""
+    c = harness.consumer("g", [T])
+    due = harness.now + 1_000
+    first = harness.broker.send(Message(T, b"1", key="cron:job:2", deliver_at_ms=due))
+    harness.advance(5_000)
+    assert pull_one(c).msg_id == first.msg_id
+    again = harness.broker.send(Message(T, b"1", key="cron:job:2", deliver_at_ms=due))
+    assert again.status is SendStatus.DUPLICATE and again.msg_id == first.msg_id
+    assert_nothing(c)
+
+
 def test_resending_an_aborted_message_at_the_same_ms_is_stored(harness: Harness) -> None:
     due = harness.now + 5_000
     first = harness.broker.send(Message(T, b"1", key="k", deliver_at_ms=due))

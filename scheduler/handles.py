@@ -1,0 +1,322 @@
+"""What ``@app.job`` returns: a :class:`JobHandle` that schedules, cancels and looks up
+timed runs of one job, and the :class:`ScheduledJob` receipt of each run.
+
+The messages they send are described in :mod:`scheduler.wire`.
+
+Timeouts: the order auto-close workflow
+---------------------------------------
+
+A timeout is a job scheduled for "later, unless cancelled first". Schedule it
+when the order is created, under a key derived from the order, and cancel it when
+the order is paid::
+
+    @app.job()
+    def close_order(order_id: int) -> None:
+        with db.transaction():
+            order = db.orders.get(order_id, for_update=True)
+            if order.state == "unpaid":  # idempotent: check the state inside the job
+                order.state = "closed"
+
+    close_order.schedule(order.id, delay=timedelta(minutes=30), key=f"order:{order.id}")
+    ...
+    status = close_order.cancel(key=f"order:{order.id}")  # on payment
+
+``cancel`` answers with an :class:`~broker_adapter.results.AbortStatus`:
+
+* ``ABORTED``: the close will never run, whatever the race with its time;
+* ``ALREADY_DELIVERED``: the timeout fired first; the close job is queued, running
+  or done. Payment and close now race *in your data*, so the job body must decide
+  from the order's current state ("close only if still unpaid", under a row lock or
+  a compare-and-set), and the payment path must do the same ("mark paid only if not
+  closed", or refund);
+* ``NOT_FOUND``: no close was scheduled under that key (or it fired longer ago
+  than the broker keeps fired messages: 72 h by default).
+
+Delivery is at least once (a crash can redeliver a job that ran), so the same
+state check makes a repeated close harmless. Sending the same key twice while
+the first is pending answers ``SendStatus.DUPLICATE`` and stores nothing, so
+"schedule the timeout" is idempotent too.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar
+
+from broker_adapter.errors import InvalidArgument
+from broker_adapter.message import Message
+from broker_adapter.results import AbortStatus, MessageView, SendResult, SendStatus
+from scheduler.errors import InvalidSchedule
+from scheduler.spec import CRON_KEY_PREFIX, CronSpec, JobSpec
+from scheduler.timing import TimingFields, resolve_timing
+from scheduler.wire import Positional, make_encoder, positional
+
+if TYPE_CHECKING:
+    from scheduler.scheduler import Scheduler
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ScheduledJob(NamedTuple):
+    """The receipt of one ``schedule()``: which message, when, and whether it is new.
+
+    A named tuple (like :class:`~broker_adapter.results.SendResult`): immutable,
+    and cheap to build on the hot ``schedule()`` path.
+
+    :param msg_id: the broker's message id (the idempotency key downstream).
+    :param deliver_at_ms: when it is due, epoch ms.
+    :param key: the business key it was sent with, if any.
+    :param status: ``OK`` when stored now; ``DUPLICATE`` when a pending message
+        with the same key already existed (``msg_id``/``deliver_at_ms`` are then
+        that message's, and nothing new was stored).
+    """
+
+    msg_id: str
+    deliver_at_ms: int
+    key: str | None
+    status: SendStatus
+
+    @property
+    def deliver_at(self) -> datetime:
+        """When it is due, as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.deliver_at_ms / 1000, UTC)
+
+    @property
+    def duplicate(self) -> bool:
+        """``True`` when the key was already taken and nothing new was stored."""
+        return self.status is SendStatus.DUPLICATE
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One run for :meth:`JobHandle.schedule_many`: arguments, key and, optionally,
+    its own timing (which wins over the batch's ``delay=``/``at=``/``delay_level=``).
+
+    Also the way to pass a keyword argument named ``delay``, ``at``,
+    ``delay_level`` or ``key`` to the job itself (``kwargs={"delay": 5}``).
+    """
+
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    key: str | None = None
+    delay: timedelta | float | None = None
+    at: datetime | None = None
+    delay_level: int | None = None
+
+    @property
+    def has_timing(self) -> bool:
+        """Whether this call sets its own timing."""
+        return self.delay is not None or self.at is not None or self.delay_level is not None
+
+
+#: What ``schedule_many`` accepts per run: a :class:`Call`, ``(args, kwargs)`` or
+#: ``(args, kwargs, key)``.
+CallLike = Call | tuple[Any, ...]
+
+
+def _check_key(key: object) -> None:
+    if type(key) is str and key.startswith(CRON_KEY_PREFIX):
+        raise InvalidSchedule(
+            f"key={key!r}: keys starting with {CRON_KEY_PREFIX!r} are reserved for cron "
+            "occurrences; choose another prefix, e.g. 'order:42'"
+        )
+
+
+class JobHandle(Generic[P, R]):
+    """A registered job: call it directly to run it now, in this process, or
+    :meth:`schedule` it to run later through the broker.
+
+    Returned by ``@app.job`` and ``@app.cron``; :attr:`spec` is its
+    :class:`~scheduler.spec.JobSpec`, :attr:`cron` its
+    :class:`~scheduler.spec.CronSpec` (``None`` for a plain job).
+    """
+
+    # Copied from the function by functools.update_wrapper.
+    __name__: str
+    __qualname__: str
+    __wrapped__: Callable[P, R]
+
+    def __init__(self, app: Scheduler, spec: JobSpec, cron: CronSpec | None = None) -> None:
+        self.app = app
+        self.spec = spec
+        self.cron = cron
+        #: The topic this job's messages go to.
+        self.topic = spec.topic_or(app.settings.topic)
+        self._encode = make_encoder(spec.name)
+        self._tolerance = app.settings.past_tolerance_ms
+        functools.update_wrapper(self, spec.func)
+
+    @property
+    def name(self) -> str:
+        """The job's registered name (carried by its messages)."""
+        return self.spec.name
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function now, in this thread (no broker involved)."""
+        result: R = self.spec.func(*args, **kwargs)
+        return result
+
+    def __repr__(self) -> str:
+        kind = "cron" if self.cron is not None else "job"
+        return f"<JobHandle {kind} {self.spec.name} executor={self.spec.executor}>"
+
+    # -- scheduling -------------------------------------------------------------------
+
+    def _timing(
+        self, delay: timedelta | float | None, at: datetime | None, delay_level: int | None
+    ) -> TimingFields:
+        # Fast path: a plain number of seconds needs no datetime work.
+        if at is None and delay_level is None:
+            if delay is None:
+                return {}
+            if type(delay) is int and delay >= 0:
+                return {"delay_ms": delay * 1000}
+            if type(delay) is float and 0.0 <= delay < 1e15:
+                return {"delay_ms": round(delay * 1000)}
+        return resolve_timing(
+            now_ms=self.app.clock.now_ms(),
+            past_tolerance_ms=self._tolerance,
+            delay=delay,
+            at=at,
+            delay_level=delay_level,
+        )
+
+    def schedule(
+        self,
+        *args: Any,
+        delay: timedelta | float | None = None,
+        at: datetime | None = None,
+        delay_level: int | None = None,
+        key: str | None = None,
+        **kwargs: Any,
+    ) -> ScheduledJob:
+        """Run the job later with ``args`` and ``kwargs``: send it as a timed message.
+
+        Give at most one of ``delay``, ``at`` and ``delay_level``; none runs it as
+        soon as a dispatcher pulls it. Everything is checked before anything is sent.
+
+        :param delay: a :class:`~datetime.timedelta` or seconds (int or float), >= 0.
+        :param at: an *aware* datetime; one in the past by at most
+            ``settings.past_tolerance_ms`` runs at once.
+        :param delay_level: RocketMQ delay level 1 (1 s) to 18 (2 h).
+        :param key: business key such as ``"order:42"``: at most one pending run per
+            key and topic (a second send answers ``DUPLICATE``), and
+            :meth:`cancel` finds the run by it. Keys starting with ``cron:`` are reserved.
+        :returns: the :class:`ScheduledJob` receipt.
+        :raises InvalidSchedule: for a naive or too-old ``at``, a negative delay, a
+            level outside 1..18, more than one timing argument, or a ``cron:`` key.
+        :raises UnserializableArgument: for an argument JSON cannot carry.
+        :raises InvalidMessage: for a key that is not a str of 1 to 512 characters.
+        :raises InvalidDelay: when the due time is past the broker's max delay.
+        """
+        if key is not None:
+            _check_key(key)
+        timing = self._timing(delay, at, delay_level)
+        message = Message(self.topic, self._encode(args, kwargs), key, **timing)
+        result = self.app.broker.send(message)
+        return ScheduledJob(result.msg_id, result.deliver_at_ms, key, result.status)
+
+    def schedule_many(
+        self,
+        calls: Iterable[CallLike],
+        *,
+        delay: timedelta | float | None = None,
+        at: datetime | None = None,
+        delay_level: int | None = None,
+    ) -> list[ScheduledJob]:
+        """Schedule many runs in one broker round trip (one ``send_batch``).
+
+        All or nothing: every call is checked first, and if one is invalid the
+        error is raised and nothing is sent. Keys repeated within the batch answer
+        ``DUPLICATE`` for all but the first.
+
+        ::
+
+            close_order.schedule_many([((42,), {}, "order:42"), ((43,), {}, "order:43")],
+                                      delay=timedelta(minutes=30))
+            close_order.schedule_many([Call((44,), key="order:44", delay=60)])
+
+        :param calls: each a :class:`Call`, ``(args, kwargs)`` or ``(args, kwargs, key)``.
+        :param delay: the default timing of calls that set none (see :meth:`schedule`).
+        :param at: the default timing of calls that set none.
+        :param delay_level: the default timing of calls that set none.
+        :returns: one :class:`ScheduledJob` per call, in order.
+        :raises InvalidSchedule: see :meth:`schedule`; the message names the call's index.
+        :raises UnserializableArgument: see :meth:`schedule`.
+        :raises TypeError: for an entry that is neither a :class:`Call` nor a 2- or 3-tuple.
+        """
+        default = positional(self._timing(delay, at, delay_level))
+        messages, keys = self._messages(calls, default)
+        if not messages:
+            return []
+        results: list[SendResult] = self.app.broker.send_batch(messages)
+        new, cls = tuple.__new__, ScheduledJob
+        return [new(cls, (r[1], r[2], k, r[0])) for r, k in zip(results, keys, strict=True)]
+
+    def _messages(
+        self, calls: Iterable[CallLike], default: Positional
+    ) -> tuple[list[Message], list[str | None]]:
+        """The messages of ``schedule_many``'s calls (checked), and their keys."""
+        topic, encode, prefix = self.topic, self._encode, CRON_KEY_PREFIX
+        messages: list[Message] = []
+        keys: list[str | None] = []
+        add_message, add_key = messages.append, keys.append
+        for i, call in enumerate(calls):
+            if type(call) is tuple and 2 <= len(call) <= 3:
+                args, kwargs = call[0], call[1]
+                key = call[2] if len(call) == 3 else None
+                timing = default
+            elif isinstance(call, Call):
+                args, kwargs, key = call.args, call.kwargs, call.key
+                timing = (
+                    positional(self._timing(call.delay, call.at, call.delay_level))
+                    if call.has_timing
+                    else default
+                )
+            else:
+                raise TypeError(
+                    f"schedule_many() call {i} is {type(call).__name__} {call!r:.80}; give a "
+                    "Call(args, kwargs, key=...), an (args, kwargs) or an (args, kwargs, key) tuple"
+                )
+            if type(key) is str and key.startswith(prefix):
+                _check_key(key)
+            add_message(Message(topic, encode(args, kwargs), key, *timing))
+            add_key(key)
+        return messages, keys
+
+    # -- cancelling and looking up ----------------------------------------------------
+
+    def cancel(self, *, key: str | None = None, msg_id: str | None = None) -> AbortStatus:
+        """Cancel a scheduled run, by ``key`` (on this job's topic) or by ``msg_id``.
+
+        The abort is durable and takes effect when it reaches the broker:
+
+        * ``ABORTED``: the run will never happen (cancelling twice answers it twice;
+          the key is then free for a new run);
+        * ``ALREADY_DELIVERED``: it fired before the cancel arrived, so the job is
+          queued, running or done. This is the order-timeout race: write the job
+          body so that it checks the current state ("close the order only if it is
+          still unpaid") and is harmless when it should no longer act; see this
+          module's "Timeouts" section;
+        * ``NOT_FOUND``: no such run (never scheduled, or a typo in the key).
+
+        :raises InvalidArgument: unless exactly one of ``key`` and ``msg_id`` is given.
+        """
+        if (key is None) == (msg_id is None):
+            raise InvalidArgument("cancel() takes exactly one of key=... or msg_id=...")
+        broker = self.app.broker
+        if key is not None:
+            return broker.abort(key=key, topic=self.topic).status
+        return broker.abort(msg_id).status
+
+    def get(self, msg_id: str) -> MessageView | None:
+        """The broker's current view of a run (pending, ready, in flight, done,
+        aborted or dead), or ``None`` for an unknown id."""
+        return self.app.broker.query(msg_id)
+
+
+__all__ = ["Call", "CallLike", "JobHandle", "ScheduledJob"]

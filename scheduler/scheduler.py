@@ -1,0 +1,412 @@
+"""The :class:`Scheduler` facade: what an application touches.
+
+::
+
+    app = Scheduler()                       # broker from CHRONOQ_BROKER_URL
+
+    @app.job(max_attempts=5)
+    def close_order(order_id: int) -> None: ...
+
+    @app.cron("0 5 * * *", tz="Asia/Shanghai", misfire_grace_time=60)
+    def cleanup() -> None: ...
+
+    close_order.schedule(42, delay=timedelta(minutes=30), key="order:42")
+    close_order.cancel(key="order:42")
+    app.run()                               # dispatcher + cron planner until SIGTERM
+
+Decorating touches no broker; the broker is opened on first use (``app.broker``),
+so importing an app module is cheap and side-effect free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, overload
+
+from broker_adapter.base import DEFAULT_MAX_ATTEMPTS, BrokerAdapter
+from broker_adapter.clock import Clock, SystemClock
+from broker_adapter.errors import BrokerClosed
+from broker_adapter.results import MessageView
+from broker_adapter.urls import open_broker
+from scheduler.errors import InvalidJobSpec, InvalidSettings
+from scheduler.handles import JobHandle
+from scheduler.registry import JobRegistry
+from scheduler.settings import Settings
+from scheduler.spec import (
+    DEFAULT_MAX_CATCH_UP,
+    Coalesce,
+    CronSpec,
+    Executor,
+    JobSpec,
+    MisfirePolicy,
+    RetryPolicy,
+)
+from scheduler.timing import datetime_to_ms
+from scheduler.triggers import CronTrigger
+
+if TYPE_CHECKING:
+    from scheduler.cron import CronPlanner
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_log = logging.getLogger("chronoq.scheduler.Scheduler")
+
+
+def _time_ms(name: str, value: datetime | int | None) -> int | None:
+    if value is None or isinstance(value, datetime):
+        return None if value is None else datetime_to_ms(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}= takes an aware datetime or epoch ms, got {value!r}")
+    return value
+
+
+def _check_no_args(func: Callable[..., Any], executor: str) -> None:
+    """Fail at decoration when a cron function cannot be called with no arguments."""
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):  # builtins without a signature: trust them
+        return
+    try:
+        sig.bind(None) if executor == "spark" else sig.bind()
+    except TypeError as e:
+        needs = "the SparkSession only" if executor == "spark" else "no arguments"
+        raise InvalidJobSpec(
+            "func",
+            func,
+            f"a cron job is called with {needs}, but {e}; give the other parameters defaults",
+        ) from None
+
+
+class Scheduler:
+    """Jobs, cron jobs and the broker they are sent through.
+
+    :param broker: a broker URL (overrides ``settings.broker_url``), an open
+        :class:`~broker_adapter.base.BrokerAdapter` (used as given, never closed
+        here), or ``None`` for ``settings.broker_url``.
+    :param settings: the settings; by default :meth:`Settings.from_env` (``CHRONOQ_*``).
+    :param clock: time source, also handed to the broker this scheduler opens
+        (a :class:`~broker_adapter.clock.ManualClock` in tests).
+    :param overrides: :class:`Settings` fields that win over ``settings`` and the
+        environment, e.g. ``topic="shop.jobs"``.
+    :raises InvalidSettings: for a bad setting (at construction, not on first use).
+    :raises TypeError: for a ``broker`` that is neither a str nor a BrokerAdapter.
+    """
+
+    def __init__(
+        self,
+        broker: str | BrokerAdapter | None = None,
+        *,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+        **overrides: Any,
+    ) -> None:
+        if broker is not None and not isinstance(broker, str | BrokerAdapter):
+            raise TypeError(
+                f"broker= takes a URL such as 'rocksdb://./chronoq-data' or a BrokerAdapter, "
+                f"got {type(broker).__name__}"
+            )
+        if isinstance(broker, str):
+            overrides["broker_url"] = broker
+        if settings is None:
+            settings = Settings.from_env(**overrides)
+        elif not isinstance(settings, Settings):
+            raise TypeError(f"settings= takes a Settings, got {type(settings).__name__}")
+        elif overrides:
+            known = Settings.env_names()
+            for name, value in overrides.items():
+                if name not in known:
+                    raise InvalidSettings(
+                        name,
+                        f"CHRONOQ_{name.upper()}",
+                        value,
+                        f"no such setting; known settings: {', '.join(known)}",
+                    )
+            settings = dataclasses.replace(settings, **overrides)
+        self._settings = settings
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._given_clock = clock
+        self._broker: BrokerAdapter | None = None if isinstance(broker, str) else broker
+        self._owns_broker = not isinstance(broker, BrokerAdapter)
+        self._closed = False
+        self._lock = threading.Lock()
+        self._registry = JobRegistry()
+        self._handles: dict[str, JobHandle[Any, Any]] = {}
+        from scheduler.cron import CronPlanner  # cron.py imports this module's names
+
+        self._planner = CronPlanner(self)
+
+    # -- properties -----------------------------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        """The validated settings."""
+        return self._settings
+
+    @property
+    def registry(self) -> JobRegistry:
+        """Registered jobs and cron jobs; dispatchers resolve job names here."""
+        return self._registry
+
+    @property
+    def clock(self) -> Clock:
+        """The time source (the system clock unless one was given)."""
+        return self._clock
+
+    @property
+    def planner(self) -> CronPlanner:
+        """The :class:`~scheduler.cron.CronPlanner` that arms this app's cron jobs."""
+        return self._planner
+
+    @property
+    def broker(self) -> BrokerAdapter:
+        """The broker, opened from ``settings.broker_url`` on first use.
+
+        :raises BrokerClosed: after :meth:`close`.
+        """
+        broker = self._broker
+        if broker is not None and not self._closed:
+            return broker
+        with self._lock:
+            if self._closed:
+                raise BrokerClosed("this Scheduler is closed; create a new one")
+            if self._broker is None:
+                url = self._settings.broker_url
+                kwargs: dict[str, Any] = {}
+                if self._given_clock is not None:
+                    kwargs["clock"] = self._given_clock
+                self._broker = open_broker(url, **kwargs)
+                _log.debug("opened broker %s", url)
+            return self._broker
+
+    def handle(self, name: str) -> JobHandle[Any, Any]:
+        """The :class:`JobHandle` of the job registered here under ``name``.
+
+        :raises JobNotFound: for an unknown name.
+        """
+        found = self._handles.get(name)
+        if found is None:
+            self._registry.get(name)  # raises JobNotFound with a suggestion
+            raise AssertionError(name)  # pragma: no cover - registry and handles agree
+        return found
+
+    # -- decorators -------------------------------------------------------------------
+
+    @overload
+    def job(self, func: Callable[P, R], /) -> JobHandle[P, R]: ...
+
+    @overload
+    def job(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        executor: Executor = "local",
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | timedelta | None = None,
+        topic: str | None = None,
+        queue: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[Callable[P, R]], JobHandle[P, R]]: ...
+
+    def job(
+        self,
+        func: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        executor: Executor = "local",
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | timedelta | None = None,
+        topic: str | None = None,
+        queue: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> JobHandle[P, R] | Callable[[Callable[P, R]], JobHandle[P, R]]:
+        """Register a job; use as ``@app.job`` or ``@app.job(...)``.
+
+        The function stays callable directly; the returned :class:`JobHandle` adds
+        ``schedule``, ``schedule_many``, ``cancel`` and ``get``.
+
+        :param name: unique job name; ``module.qualname`` by default. Messages carry
+            it, so renaming a job orphans its pending messages.
+        :param executor: ``"local"`` (thread pool), ``"celery"`` or ``"spark"``.
+        :param max_attempts: deliveries before the message goes to the dead-letter topic.
+        :param timeout: seconds (or timedelta) one attempt may run.
+        :param topic: the topic of its messages; by default ``settings.topic``.
+        :param queue: the Celery queue (``executor="celery"`` only).
+        :param retry: backoff between attempts; RocketMQ's schedule by default.
+        :raises InvalidJobSpec: for an option that cannot work.
+        :raises DuplicateJob: when another job already has the name.
+        """
+        if func is not None and not callable(func):
+            raise TypeError(f"@app.job takes options by keyword, e.g. @app.job(name={func!r})")
+        options: dict[str, Any] = {
+            "executor": executor,
+            "max_attempts": max_attempts,
+            "timeout": timeout,
+            "topic": topic,
+            "queue": queue,
+        }
+        if retry is not None:
+            options["retry"] = retry
+
+        def decorate(fn: Callable[P, R]) -> JobHandle[P, R]:
+            spec = JobSpec.for_function(fn, name, **options)
+            return self._add(spec, None)
+
+        return decorate(func) if func is not None else decorate
+
+    def cron(
+        self,
+        expr: str,
+        /,
+        *,
+        tz: str = "UTC",
+        misfire_grace_time: float | timedelta | None = None,
+        coalesce: Coalesce = "latest",
+        max_catch_up: int = DEFAULT_MAX_CATCH_UP,
+        max_running: int = 1,
+        jitter: float | timedelta | None = None,
+        executor: Executor = "local",
+        name: str | None = None,
+        topic: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | timedelta | None = None,
+        queue: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[Callable[P, R]], JobHandle[P, R]]:
+        """Register a cron job, run with no arguments at each fire time of ``expr``.
+
+        Each occurrence is one message keyed ``cron:<name>:<fire_ms>`` (see
+        :mod:`scheduler.cron`); DST rules are those of :mod:`scheduler.triggers`.
+
+        :param expr: five fields (``minute hour day month weekday``), six with
+            seconds first, or an alias such as ``@daily``.
+        :param tz: IANA time zone the expression is read in.
+        :param misfire_grace_time: how late (seconds or timedelta) an occurrence may
+            still run; ``None`` means no limit.
+        :param coalesce: of the missed occurrences within grace, run the
+            ``"latest"``, the ``"earliest"`` or ``"all"`` (at most ``max_catch_up``).
+        :param max_running: how many runs of it may overlap (enforced by the dispatcher).
+        :param jitter: delay each occurrence by up to this many seconds, the same
+            for every scheduler (derived from the occurrence's key).
+        :param executor: see :meth:`job`; the other options are :meth:`job`'s too.
+        :raises InvalidCron: for a malformed expression or an unknown time zone.
+        :raises InvalidJobSpec: for an option that cannot work, or a function that
+            cannot be called without arguments.
+        :raises DuplicateJob: when another job already has the name.
+        """
+        trigger = CronTrigger(expr, tz)
+        misfire = MisfirePolicy(
+            grace_s=misfire_grace_time,  # type: ignore[arg-type]  # seconds() converts
+            coalesce=coalesce,
+            max_catch_up=max_catch_up,
+        )
+        options: dict[str, Any] = {
+            "executor": executor,
+            "max_attempts": max_attempts,
+            "timeout": timeout,
+            "topic": topic,
+            "queue": queue,
+        }
+        if retry is not None:
+            options["retry"] = retry
+
+        def decorate(fn: Callable[P, R]) -> JobHandle[P, R]:
+            spec = JobSpec.for_function(fn, name, **options)
+            _check_no_args(fn, spec.executor)
+            cron = CronSpec(spec, trigger, misfire, max_running, jitter)  # type: ignore[arg-type]
+            return self._add(spec, cron)
+
+        return decorate
+
+    def _add(self, spec: JobSpec, cron: CronSpec | None) -> JobHandle[Any, Any]:
+        if cron is not None:
+            self._registry.register_cron(cron)
+        else:
+            self._registry.register(spec)
+        existing = self._handles.get(spec.name)
+        if existing is not None and existing.spec.func is spec.func:
+            return existing
+        handle: JobHandle[Any, Any] = JobHandle(self, spec, cron)
+        self._handles[spec.name] = handle
+        return handle
+
+    # -- looking around ---------------------------------------------------------------
+
+    def topics(self) -> set[str]:
+        """The topics this app's jobs are sent to (always includes ``settings.topic``);
+        a dispatcher subscribes to these."""
+        default = self._settings.topic
+        return {default} | {spec.topic_or(default) for spec in self._registry}
+
+    def pending(
+        self,
+        topic: str | None = None,
+        start: datetime | int | None = None,
+        end: datetime | int | None = None,
+        limit: int = 100,
+    ) -> list[MessageView]:
+        """Up to ``limit`` runs not yet due, in due-time order.
+
+        :param topic: only this topic; ``None`` for every topic of the broker.
+        :param start: only runs due at or after this (aware datetime or epoch ms).
+        :param end: only runs due before this (aware datetime or epoch ms).
+        :raises InvalidSchedule: for a naive datetime.
+        :raises InvalidArgument: for ``limit`` < 1.
+        """
+        return self.broker.pending(topic, _time_ms("start", start), _time_ms("end", end), limit)
+
+    # -- running and closing ----------------------------------------------------------
+
+    def run(self, *, stop_event: threading.Event | None = None) -> None:
+        """Run a dispatcher and the cron planner on this app until SIGINT/SIGTERM
+        (or until ``stop_event`` is set).
+
+        :param stop_event: set it to stop (for tests and embedding).
+        """
+        # A lazy upward import: ``workers`` builds on ``scheduler`` (imports point
+        # down the layers), so importing it at module level would be a cycle, and it
+        # would make ``import scheduler`` pull in executors an app may never use.
+        runner = importlib.import_module("workers.runner")
+        runner.run_app(self, stop_event=stop_event)
+
+    def close(self) -> None:
+        """Close the broker if this scheduler opened it (a broker passed in is left
+        open). Closing twice is harmless; using the broker afterwards raises
+        :class:`~broker_adapter.errors.BrokerClosed`."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            broker, self._broker = self._broker, None
+        if broker is not None and self._owns_broker:
+            broker.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<Scheduler {self._settings.broker_url if self._owns_broker else self._broker!r} "
+            f"{len(self._registry)} jobs>"
+        )
+
+
+__all__ = ["Scheduler"]
