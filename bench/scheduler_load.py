@@ -49,8 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=100_000, help="jobs (default 100,000)")
     parser.add_argument("--rate", type=float, default=5000.0, help="due jobs per second")
-    parser.add_argument("--lead", type=float, default=8.0,
-                        help="seconds from start to the first due time (default 8)")
+    parser.add_argument(
+        "--lead",
+        type=float,
+        default=8.0,
+        help="seconds from start to the first due time (default 8)",
+    )
     parser.add_argument("--batch", type=int, default=1000, help="schedule_many batch size")
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--prefetch", type=int, default=32)
@@ -58,8 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     tmp = tempfile.mkdtemp(prefix="chronoq-bench-")
-    app = Scheduler(f"rocksdb://{tmp}/data", max_workers=args.workers, prefetch=args.prefetch,
-                    topic="bench.jobs")
+    app = Scheduler(
+        f"rocksdb://{tmp}/data",
+        max_workers=args.workers,
+        prefetch=args.prefetch,
+        topic="bench.jobs",
+    )
     lateness: list[float] = []
     ran: Counter[int] = Counter()
 
@@ -88,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         late_start = time.time() > first_due
         start = time.perf_counter()
         for lo in range(0, n, args.batch):
-            parked.schedule_many([((i,), {}) for i in range(lo, min(n, lo + args.batch))],
-                                 delay=86_400)
+            parked.schedule_many(
+                [((i,), {}) for i in range(lo, min(n, lo + args.batch))], delay=86_400
+            )
         batch_s = time.perf_counter() - start
         deadline = first_due + n * step + 30
         while len(lateness) < n and time.time() < deadline:
@@ -119,12 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"schedule() one at a time {figures['schedule_single_per_s']:,} jobs/s")
     print(f"schedule_many({args.batch})      {figures['schedule_many_per_s']:,} jobs/s")
     q = figures["lateness_ms"]
-    print(f"job-start lateness       P50 {q['50']} ms  P99 {q['99']} ms  "
-          f"P99.9 {q['99.9']} ms  max {q['max']} ms")
+    print(
+        f"job-start lateness       P50 {q['50']} ms  P99 {q['99']} ms  "
+        f"P99.9 {q['99.9']} ms  max {q['max']} ms"
+    )
     print(f"ran                      {len(lateness):,}; missing {missing}, duplicated {dup}")
     if late_start:
-        print("note: scheduling took longer than --lead; the first jobs were due before "
-              "they were sent (raise --lead)")
+        print(
+            "note: scheduling took longer than --lead; the first jobs were due before "
+            "they were sent (raise --lead)"
+        )
     if args.json:
         print(json.dumps(figures))
     return 1 if missing or dup else 0

@@ -1,1 +1,35 @@
-"""workers package of chronoq (see README)."""
+"""chronoq's workers: the :class:`Dispatcher` that runs due jobs, its executors, and
+:func:`run_app` behind ``chronoq run module:app``.
+
+A running job sees itself through :func:`current_job` (its message id, attempt,
+and the cancel event set on timeout or shutdown; see :mod:`workers.context`).
+"""
+
+import logging
+
+from workers.context import (
+    JobCancelled,
+    JobContext,
+    JobTimeout,
+    current_job,
+    find_current_job,
+)
+from workers.dispatcher import Dispatcher
+from workers.executors import Executor, LocalExecutor
+from workers.runner import on_start, run_app, stop_app
+
+logging.getLogger("chronoq.workers").addHandler(logging.NullHandler())
+
+__all__ = [
+    "Dispatcher",
+    "Executor",
+    "JobCancelled",
+    "JobContext",
+    "JobTimeout",
+    "LocalExecutor",
+    "current_job",
+    "find_current_job",
+    "on_start",
+    "run_app",
+    "stop_app",
+]

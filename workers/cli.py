@@ -1,20 +1,233 @@
-"""The ``chronoq`` command line (subcommands grow with the project)."""
+"""The ``chronoq`` command line.
+
+::
+
+    chronoq run examples.order_timeout:app [--exit-when-idle]
+    chronoq send    [--url URL] --topic T [--key K] [--delay-ms N] (--body TEXT | --job NAME [--args JSON] [--kwargs JSON])
+    chronoq abort   [--url URL] (--id ID | --key K --topic T)
+    chronoq query   [--url URL] ID
+    chronoq pending [--url URL] [--topic T] [--limit N]
+    chronoq stats   [--url URL]
+
+``--url`` defaults to ``CHRONOQ_BROKER_URL`` (``rocksdb://./chronoq-data``); ``--json``
+prints one JSON document instead of text. Exit status: 0 on success, 1 when the
+thing asked for is not there (an unknown id, an abort ``NOT_FOUND``), 2 for bad usage.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import enum
+import importlib
+import json
+import logging
+import os
 import sys
+from collections.abc import Mapping
+from typing import Any
+
+from broker_adapter import BrokerAdapter, Message, open_broker
+from broker_adapter.errors import ChronoqError
+from scheduler.jobcall import JobCall
+from scheduler.settings import DEFAULT_BROKER_URL
+
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
+def load_app(target: str) -> Any:
+    """The app that ``module:attr`` names (``module`` alone: its only Scheduler).
+
+    :raises SystemExit: (status 2) with a message when it cannot be found.
+    """
+    from scheduler.scheduler import Scheduler
+
+    module_name, _, attr = target.partition(":")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise SystemExit(f"chronoq run: cannot import {module_name!r}: {e}") from e
+    if attr:
+        app = getattr(module, attr, None)
+        if app is None:
+            raise SystemExit(f"chronoq run: module {module_name!r} has no {attr!r}")
+        return app
+    found = [v for v in vars(module).values() if isinstance(v, Scheduler)]
+    if len(found) != 1:
+        raise SystemExit(
+            f"chronoq run: {module_name!r} has {len(found)} Scheduler objects; "
+            f"name one, e.g. {module_name}:app"
+        )
+    return found[0]
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-ready data (dataclasses, named tuples, enums, mappings)."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value
+
+
+def _show(args: argparse.Namespace, value: Any, text: str) -> None:
+    print(json.dumps(_plain(value), sort_keys=True) if args.json else text)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from workers.runner import run_app
+
+    app = load_app(args.target)
+    logging.basicConfig(level=args.log_level or app.settings.log_level, format=LOG_FORMAT)
+    try:
+        run_app(app, exit_when_idle=args.exit_when_idle, drain_timeout_s=args.drain_timeout)
+    finally:
+        app.close()
+    return 0
+
+
+def _cmd_send(args: argparse.Namespace, broker: BrokerAdapter) -> int:
+    if (args.body is None) == (args.job is None):
+        raise SystemExit("chronoq send: give exactly one of --body or --job")
+    if args.job is not None:
+        body = JobCall(args.job, tuple(json.loads(args.args)), json.loads(args.kwargs)).encode()
+    else:
+        body = args.body.encode()
+    res = broker.send(Message(args.topic, body, key=args.key, delay_ms=args.delay_ms))
+    _show(args, res, f"{res.status.value} {res.msg_id} due {res.deliver_at_ms}")
+    return 0
+
+
+def _cmd_abort(args: argparse.Namespace, broker: BrokerAdapter) -> int:
+    res = broker.abort(args.id, key=args.key, topic=args.topic)
+    _show(args, res, f"{res.status.value} {res.msg_id or ''}".rstrip())
+    return 1 if res.status.value == "NOT_FOUND" else 0
+
+
+def _cmd_query(args: argparse.Namespace, broker: BrokerAdapter) -> int:
+    view = broker.query(args.msg_id)
+    if view is None:
+        _show(args, None, f"{args.msg_id}: unknown")
+        return 1
+    text = (
+        f"{view.msg_id} {view.state.value} topic={view.topic} key={view.key} "
+        f"due={view.deliver_at_ms} attempts={view.attempts}"
+        + (f" error={view.error!r}" if view.error else "")
+    )
+    _show(args, view, text)
+    return 0
+
+
+def _cmd_pending(args: argparse.Namespace, broker: BrokerAdapter) -> int:
+    views = broker.pending(args.topic, limit=args.limit)
+    lines = [f"{v.deliver_at_ms} {v.msg_id} {v.topic} key={v.key}" for v in views]
+    _show(args, views, "\n".join(lines) or "(nothing pending)")
+    return 0
+
+
+def _cmd_stats(args: argparse.Namespace, broker: BrokerAdapter) -> int:
+    st = broker.stats()
+    lines = [f"pending {st.pending}, fired {st.fired_total}, dead {st.dead}"]
+    lines += [
+        f"topic {n}: pending {t.pending}, fired {t.fired_total}"
+        for n, t in sorted(st.topics.items())
+    ]
+    lines += [
+        f"group {n}: ready {g.ready}, in flight {g.inflight}, dead {g.dead}, acked {g.acked_total}"
+        for n, g in sorted(st.groups.items())
+    ]
+    _show(args, st, "\n".join(lines))
+    return 0
+
+
+_OPS = {
+    "send": _cmd_send,
+    "abort": _cmd_abort,
+    "query": _cmd_query,
+    "pending": _cmd_pending,
+    "stats": _cmd_stats,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``chronoq`` command."""
+    parser = argparse.ArgumentParser(prog="chronoq", description="chronoq job scheduler")
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="run an app: embedded broker + dispatcher + cron")
+    run.add_argument("target", help="module:app, e.g. examples.order_timeout:app")
+    run.add_argument(
+        "--exit-when-idle",
+        action="store_true",
+        help="exit once nothing is ready, running or pending (cron aside)",
+    )
+    run.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds running jobs get to finish on SIGTERM (default 30)",
+    )
+    run.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    ops: dict[str, argparse.ArgumentParser] = {}
+    for name, what in (
+        ("send", "send a message"),
+        ("abort", "abort a pending message"),
+        ("query", "show one message"),
+        ("pending", "list pending messages"),
+        ("stats", "broker counters"),
+    ):
+        p = sub.add_parser(name, help=what)
+        p.add_argument(
+            "--url",
+            default=os.environ.get("CHRONOQ_BROKER_URL") or DEFAULT_BROKER_URL,
+            help="broker URL (default: $CHRONOQ_BROKER_URL or %(default)s)",
+        )
+        p.add_argument("--json", action="store_true", help="print JSON")
+        ops[name] = p
+    ops["send"].add_argument("--topic", required=True)
+    ops["send"].add_argument("--key")
+    ops["send"].add_argument("--delay-ms", type=int)
+    ops["send"].add_argument("--body", help="the body, as text")
+    ops["send"].add_argument("--job", help="send a job call to this job name")
+    ops["send"].add_argument("--args", default="[]", help="job args, a JSON array")
+    ops["send"].add_argument("--kwargs", default="{}", help="job kwargs, a JSON object")
+    ops["abort"].add_argument("--id")
+    ops["abort"].add_argument("--key")
+    ops["abort"].add_argument("--topic")
+    ops["query"].add_argument("msg_id")
+    ops["pending"].add_argument("--topic")
+    ops["pending"].add_argument("--limit", type=int, default=100)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``chronoq`` console script."""
-    parser = argparse.ArgumentParser(prog="chronoq", description="chronoq job scheduler")
-    parser.add_subparsers(dest="command")
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
-    return 0
+    try:
+        if args.command == "run":
+            return _cmd_run(args)
+        with open_broker(args.url) as broker:
+            return _OPS[args.command](args, broker)
+    except ChronoqError as e:
+        print(f"chronoq {args.command}: {e}", file=sys.stderr)
+        return 1
+    except json.JSONDecodeError as e:
+        print(f"chronoq {args.command}: bad JSON: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

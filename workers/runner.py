@@ -1,0 +1,161 @@
+"""Run an app in one process: its broker, a :class:`~workers.dispatcher.Dispatcher`
+and the cron planner, until SIGINT/SIGTERM (``chronoq run module:app``).
+
+Start-up: join the consumer group, arm every cron job's next occurrence, run the
+app's :func:`on_start` hooks, then pull and run jobs. Every ``arm_interval_s``
+the cron jobs are armed again (idempotent: an armed occurrence is not armed
+twice), which heals an occurrence lost to a failed send.
+
+Shutdown (SIGTERM, SIGINT, ``stop_event`` or :func:`stop_app`): stop pulling,
+let running jobs finish for up to ``drain_timeout_s``, release what still runs
+for redelivery, leave the group. A second SIGINT/SIGTERM cuts the drain short.
+Nothing is lost either way: a message is acked only after its job succeeded.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import weakref
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, TypeVar
+
+from workers.dispatcher import App, Dispatcher
+
+_log = logging.getLogger("chronoq.workers.Runner")
+
+F = TypeVar("F", bound=Callable[[], Any])
+
+_HOOKS: weakref.WeakKeyDictionary[Any, list[Callable[[], Any]]] = weakref.WeakKeyDictionary()
+_STOPS: weakref.WeakKeyDictionary[Any, threading.Event] = weakref.WeakKeyDictionary()
+
+
+def on_start(app: App) -> Callable[[F], F]:
+    """Register a function (no arguments) that :func:`run_app` calls once the
+    dispatcher has joined its group and the cron jobs are armed; for apps that
+    drive themselves, e.g. a demo that schedules its first jobs::
+
+        @on_start(app)
+        def open_shop() -> None:
+            close_order.schedule(1, delay=3, key="order:1")
+
+    An exception in a hook stops the run (after a clean drain) and propagates.
+    """
+
+    def register(func: F) -> F:
+        _HOOKS.setdefault(app, []).append(func)
+        return func
+
+    return register
+
+
+def stop_app(app: App) -> bool:
+    """Ask the :func:`run_app` running ``app`` to stop (from any thread, e.g. a job).
+
+    :returns: ``False`` when ``app`` is not running.
+    """
+    stop = _STOPS.get(app)
+    if stop is None:
+        return False
+    stop.set()
+    return True
+
+
+def _install_signals(stop: threading.Event, dispatcher: Dispatcher) -> Callable[[], None]:
+    """Handle SIGINT/SIGTERM (main thread only); returns the undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    seen: list[int] = []
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if seen:
+            _log.warning("%s again: releasing running jobs now", name)
+            dispatcher.hurry()
+            return
+        seen.append(signum)
+        _log.info(
+            "%s: stopping (running jobs get up to %g s to finish; again to hurry)",
+            name,
+            dispatcher.drain_timeout_s,
+        )
+        stop.set()
+        dispatcher.stop()
+
+    old = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    return restore
+
+
+def _arm_periodically(app: App, stop: threading.Event, interval_s: float) -> None:
+    while not stop.wait(interval_s):
+        try:
+            armed = app.planner.arm_all()
+        except Exception:  # noqa: BLE001 - keep arming; the next round may succeed
+            _log.exception("arming cron jobs failed; retrying in %g s", interval_s)
+            continue
+        if armed:
+            _log.info("armed %d missing cron occurrence(s)", armed)
+
+
+def run_app(
+    app: App,
+    *,
+    stop_event: threading.Event | None = None,
+    exit_when_idle: bool = False,
+    drain_timeout_s: float = 30.0,
+    arm_interval_s: float = 30.0,
+    dispatcher: Dispatcher | None = None,
+) -> int:
+    """Run ``app``'s dispatcher and cron planner until stopped; see the module docstring.
+
+    The broker is left open (``app.close()`` closes it), so the caller can still
+    inspect it afterwards.
+
+    :param stop_event: set it to stop (tests, embedding); SIGINT/SIGTERM set it too
+        when called from the main thread.
+    :param exit_when_idle: also stop once nothing is ready, running or pending on
+        the app's topics (cron occurrences aside): for batch runs and demos.
+    :param drain_timeout_s: how long running jobs may take to finish on stop.
+    :param arm_interval_s: how often cron jobs are armed again.
+    :param dispatcher: a ready-made dispatcher (custom executors); one is built otherwise.
+    :returns: messages processed.
+    """
+    stop = stop_event or threading.Event()
+    _STOPS[app] = stop
+    dispatcher = dispatcher or Dispatcher(app, drain_timeout_s=drain_timeout_s)
+    restore = _install_signals(stop, dispatcher)
+    armer: threading.Thread | None = None
+    try:
+        dispatcher.open()
+        armed = app.planner.arm_all()
+        crons = app.registry.crons()
+        if crons:
+            _log.info("%d cron job(s), %d occurrence(s) newly armed", len(crons), armed)
+            armer = threading.Thread(
+                target=_arm_periodically,
+                args=(app, stop, arm_interval_s),
+                name="chronoq-cron-armer",
+                daemon=True,
+            )
+            armer.start()
+        for hook in _HOOKS.get(app, []):
+            hook()
+        dispatcher.run_forever(stop_event=stop, exit_when_idle=exit_when_idle)
+    finally:
+        stop.set()
+        dispatcher.drain()
+        if armer is not None:
+            armer.join(timeout=5)
+        restore()
+        _STOPS.pop(app, None)
+    return dispatcher.processed
+
+
+__all__ = ["on_start", "run_app", "stop_app"]
