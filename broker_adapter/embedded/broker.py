@@ -63,6 +63,7 @@ DEFAULT_MAX_DELAY_MS = 10 * 366 * 24 * 3600 * 1000
 DEFAULT_RETENTION_MS = 72 * 3600 * 1000
 _SEQ_BLOCK = 1 << 20
 _RANGE_DELETE_MIN = 256
+_TRIM_INTERVAL_MS = 60_000
 _OK, _DUP = SendStatus.OK, SendStatus.DUPLICATE
 
 
@@ -456,7 +457,7 @@ class EmbeddedBroker(BrokerAdapter):
 
     def _run(self) -> None:
         idle_s = 0.2
-        last_trim = 0.0
+        next_trim = 0  # broker time: a ManualClock drives trimming in tests
         while not self._closed:
             try:
                 if self._fire_due():
@@ -464,8 +465,8 @@ class EmbeddedBroker(BrokerAdapter):
                     continue
                 now = self._now()
                 deadline = self._groups.housekeep(now)
-                if time.monotonic() - last_trim > 60:
-                    last_trim = time.monotonic()
+                if now >= next_trim:
+                    next_trim = now + _TRIM_INTERVAL_MS
                     self._trim(now)
                 with self._lock:
                     due = self._wheel.next_due_ms()
@@ -485,7 +486,8 @@ class EmbeddedBroker(BrokerAdapter):
                 time.sleep(0.05)
 
     def _trim(self, now: int) -> None:
-        """Drop fired messages past retention that every group has passed."""
+        """Drop fired messages past retention that every group has passed, and abort
+        tombstones whose due time is past retention (runs every minute of broker time)."""
         floor = K.wheel_key(max(now - self.retention_ms, 0), 0)
         store = self._store
         batch = store.batch()
