@@ -15,7 +15,7 @@ def test_trim_drops_consumed_messages_past_retention_and_keeps_the_rest(tmp_path
     clock = ManualClock()
     with EmbeddedBroker(tmp_path / "d", clock=clock, retention_ms=HOUR) as broker:
         fast = broker.consumer("fast", ["t"])
-        slow = broker.consumer("slow", ["t"])  # never acks the second message
+        slow = broker.consumer("slow", ["t"], invisible_ms=10 * HOUR)  # holds the 2nd
         first = broker.send(Message("t", b"1")).msg_id
         second = broker.send(Message("t", b"2")).msg_id
         aborted = broker.send(Message("t", b"3", delay_ms=1_000)).msg_id
