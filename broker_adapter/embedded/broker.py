@@ -231,7 +231,7 @@ class EmbeddedBroker(BrokerAdapter):
                 raise MessageTooLarge(size, self.max_body_bytes)
         store = self._store
         h_wheel, h_keys = store.handle[K.CF_WHEEL], store.handle[K.CF_KEYS]
-        wheel_cf, keys_cf = store.cf[K.CF_WHEEL], store.cf[K.CF_KEYS]
+        keys_cf = store.cf[K.CF_KEYS]
         pack_wheel = K.wheel_key
         results: list[SendResult] = []
         with self._lock:
@@ -264,7 +264,7 @@ class EmbeddedBroker(BrokerAdapter):
                     asked = m.deliver_at_ms if m.deliver_at_ms is not None else due
                     if dup is None:
                         old = keys_cf.get(index)
-                        if old is not None and self._key_taken(old, asked, wheel_cf):
+                        if old is not None and self._key_taken(old, asked):
                             old_key = old[:16]
                             dup = SendResult(_DUP, (old_key[2:] + prefix[tid]).hex(),
                                              K.wheel_time(old_key))
@@ -291,17 +291,17 @@ class EmbeddedBroker(BrokerAdapter):
             self._kick()
         return results
 
-    def _key_taken(self, entry: bytes, asked: int, wheel_cf: Any) -> bool:
+    def _key_taken(self, entry: bytes, asked: int) -> bool:
         """Whether the key index ``entry`` (wheel key + requested due ms) makes a new
         send with that key, asked for ``asked`` ms, a duplicate: its message is
         pending, or it fired (not aborted) and was asked for the same ms. The
         requested time counts, not the clamped one, so re-sending an occurrence
         whose time has passed is still recognised."""
         old = entry[:16]
-        if wheel_cf.get(old) is not None:
-            return True
-        return (int(K.U64.unpack_from(entry, 16)[0]) == asked
-                and self._store.cf[K.CF_ABORTED].get(old) is None)
+        aborted = self._store.cf[K.CF_ABORTED]
+        if old >= self._fired_upto:  # not fired yet: pending unless aborted (no wheel read)
+            return aborted.get(old) is None
+        return int(K.U64.unpack_from(entry, 16)[0]) == asked and aborted.get(old) is None
 
     def _count_pending(self, batch: Any, counts: dict[int, int], fired: bool = False) -> None:
         """Add ``counts`` to pending (or move them to fired) in memory and in ``batch``."""
