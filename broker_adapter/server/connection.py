@@ -1,0 +1,337 @@
+"""One client connection of a :class:`~broker_adapter.server.server.BrokerServer`.
+
+A reader thread reads frames in order. The first must be ``hello`` with the
+right token. Each ``recv`` may bring several frames (pipelining): they run in
+order on the reader thread, consecutive ``send`` requests as one write batch
+(group commit: one WAL write for all, falling back to one by one if any is
+refused), and their answers go out in one write. A ``pull`` that finds nothing
+and may wait is parked on the server's pull pool and answers when it ends, so a
+long poll blocks neither this connection nor any other. At most
+``max_inflight`` requests of a connection wait parked; past that the reader runs
+and reads nothing more until one is answered (TCP then pushes back on the
+client). A malformed frame closes this connection only.
+"""
+
+from __future__ import annotations
+
+import hmac
+import itertools
+import logging
+import socket
+import threading
+from typing import TYPE_CHECKING, Any
+
+from broker_adapter.base import Consumer
+from broker_adapter.errors import AuthenticationFailed, BrokerClosed, ChronoqError
+from broker_adapter.server import protocol as P
+from broker_adapter.server.handlers import Handlers, arg
+
+if TYPE_CHECKING:
+    from broker_adapter.server.server import BrokerServer
+
+log = logging.getLogger("chronoq.broker_adapter.Connection")
+log.addHandler(logging.NullHandler())
+
+HELLO_TIMEOUT_S = 10.0
+
+
+class Connection:
+    """Serves one accepted socket until it closes.
+
+    :param server: the owning server.
+    :param sock: the accepted socket.
+    :param peer: the client's address, for logs.
+    """
+
+    _ids = itertools.count(1)
+
+    def __init__(self, server: BrokerServer, sock: socket.socket, peer: str) -> None:
+        self.server = server
+        self.sock = sock
+        self.peer = peer
+        self.id = next(self._ids)
+        self.consumers: dict[int, Consumer] = {}
+        self._cids = itertools.count(1)
+        self._wlock = threading.Lock()
+        self._max_inflight = server.max_inflight
+        self._processing = False  # running requests of the last chunk read
+        self._parked = 0  # long polls waiting on the pull pool
+        self._busy_lock = threading.Condition(threading.Lock())
+        self.closed = False
+        self.thread = threading.Thread(target=self._run, name=f"chronoq-conn-{self.id}",
+                                       daemon=True)
+
+    @property
+    def busy(self) -> bool:
+        """Whether requests read are still being run (parked long polls aside)."""
+        return self._processing
+
+    def add_consumer(self, consumer: Consumer) -> int:
+        """Register a consumer opened by this connection; its id."""
+        cid = next(self._cids)
+        self.consumers[cid] = consumer
+        return cid
+
+    def write(self, data: bytes) -> None:
+        """Send one frame (whole); a dead socket closes the connection."""
+        try:
+            with self._wlock:
+                self.sock.sendall(data)
+        except OSError:
+            self.close()
+
+    def close(self) -> None:
+        """Close the socket; the reader thread then ends and cleans up."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def stop_reading(self) -> None:
+        """Read no more requests (drain); answers still go out."""
+        try:
+            self.sock.shutdown(socket.SHUT_RD)
+        except OSError:
+            pass
+
+    # -- the reader thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        reader = FrameReader(self.sock, self.server.max_frame)
+        try:
+            self.sock.settimeout(HELLO_TIMEOUT_S)
+            frames = reader.frames()
+            self.sock.settimeout(None)
+            if frames and self._hello(frames[0]):
+                self._serve(reader, frames[1:])
+        except P.ProtocolError as e:
+            self.server.metrics.bad_frame()
+            log.warning("connection %d from %s: %s; closing it", self.id, self.peer, e)
+        except OSError:
+            pass
+        except Exception:
+            log.exception("connection %d from %s failed", self.id, self.peer)
+        finally:
+            self.close()
+            self.sock.close()
+            self.server.forget(self)
+
+    def _hello(self, payload: bytes) -> bool:
+        req = P.decode_request(payload)
+        if req.op != "hello":
+            raise P.ProtocolError(f"the first request must be hello, got {req.op!r}")
+        token = req.args.get("token")
+        expected = self.server.token
+        if expected is not None and not (
+            isinstance(token, str)
+            and hmac.compare_digest(token.encode("utf-8", "surrogatepass"),
+                                    expected.encode("utf-8", "surrogatepass"))):
+            self.server.metrics.auth_failed()
+            log.warning("connection %d from %s: wrong or missing token; closing it",
+                        self.id, self.peer)
+            self.write(P.error_response(req.rid, AuthenticationFailed(
+                "the broker server refused the token; pass ?token=... or set CHRONOQ_TOKEN")))
+            return False
+        self.write(P.response(req.rid, self.server.hello_info()))
+        return True
+
+    def _serve(self, reader: FrameReader, frames: list[bytes]) -> None:
+        """Answer requests chunk by chunk: all frames one ``recv`` brought are run in
+        order, consecutive sends as one write batch (group commit), and their answers
+        go out in one write."""
+        handlers = self.server.handlers
+        while not self.closed:
+            self._processing = True
+            out: list[bytes] = []
+            sends: list[P.Request] = []
+            for payload in frames:
+                req = P.decode_request(payload)
+                if req.op == "send":
+                    sends.append(req)
+                    continue
+                if sends:
+                    out.extend(self._send_group(handlers, sends))
+                    sends = []
+                if self._parked >= self._max_inflight:
+                    self._flush(out)
+                    self._wait_for_room()
+                if req.op == "pull":
+                    answer = self._pull(handlers, req)
+                    if answer is not None:
+                        out.append(answer)
+                else:
+                    out.append(_frame(req.rid, self.execute(handlers, req.op, req.args)))
+            if sends:
+                out.extend(self._send_group(handlers, sends))
+            self._flush(out)
+            self._processing = False
+            got = reader.frames()
+            if got is None:
+                return
+            frames = got
+
+    def _flush(self, out: list[bytes]) -> None:
+        if out:
+            self.write(b"".join(out))
+            out.clear()
+
+    def _wait_for_room(self) -> None:
+        with self._busy_lock:
+            while self._parked >= self._max_inflight and not self.closed:
+                self._busy_lock.wait(1.0)
+
+    def _send_group(self, handlers: Handlers, reqs: list[P.Request]) -> list[bytes]:
+        """Answers to consecutive ``send`` requests, stored in one batch when all are
+        valid (else one by one, so one bad message fails only its own send)."""
+        if len(reqs) > 1:
+            try:
+                messages = [P.decode_message(arg(r.args, "m", list)) for r in reqs]
+                results = self.server.broker.send_batch(messages)
+            except P.ProtocolError:
+                raise
+            except ChronoqError:
+                pass  # answered one by one below
+            else:
+                metrics = self.server.metrics
+                metrics.sent(len(reqs))
+                for _ in reqs:
+                    metrics.request("send")
+                encode = P.encode_result
+                return [P.response(r.rid, encode(res)) for r, res in zip(reqs, results,
+                                                                          strict=True)]
+        return [_frame(r.rid, self.execute(handlers, "send", r.args)) for r in reqs]
+
+    def execute(self, handlers: Handlers, op: str, args: dict[str, Any]) -> tuple[bool, Any]:
+        """Run ``op``; ``(True, result)`` or ``(False, error)``.
+
+        :raises ProtocolError: for args of the wrong shape (closes the connection).
+        """
+        self.server.metrics.request(op)
+        try:
+            if op == "batch":
+                return True, [_batch_item(self.execute(handlers, *self._member(m)))
+                              for m in handlers_arg_list(args)]
+            if op in ("hello", "reset"):
+                if op == "reset":
+                    self.server.reset(self, args)
+                    return True, None
+                raise P.ProtocolError("hello was already said")
+            return True, handlers.table[op](self, args)
+        except P.ProtocolError:
+            raise
+        except ChronoqError as e:
+            return False, e
+        except Exception as e:
+            log.exception("request %s on connection %d failed", op, self.id)
+            return False, e
+
+    @staticmethod
+    def _member(m: Any) -> tuple[str, dict[str, Any]]:
+        if (type(m) is not list or len(m) != 2 or m[0] not in P.OPS or m[0] == "batch"
+                or type(m[1]) is not dict):
+            raise P.ProtocolError("a batch member is [op, args] (no nested batch)")
+        return m[0], m[1]
+
+    def _pull(self, handlers: Handlers, req: P.Request) -> bytes | None:
+        """Answer a pull at once if it has messages or may not wait; else park it on the
+        pull pool (it answers itself) and return ``None``."""
+        outcome = self.execute(handlers, "pull", req.args)
+        max_wait = handlers.pull_args(req.args)[1] if outcome[0] else 0
+        if not outcome[0] or outcome[1] or max_wait == 0:
+            return _frame(req.rid, outcome)
+
+        def park() -> None:
+            try:
+                result: tuple[bool, Any] = (True, handlers.pull(self, req.args, max_wait))
+            except ChronoqError as e:
+                result = (False, e)
+            except Exception as e:
+                log.exception("parked pull on connection %d failed", self.id)
+                result = (False, e)
+            self.write(_frame(req.rid, result))
+            with self._busy_lock:
+                self._parked -= 1
+                self._busy_lock.notify()
+
+        with self._busy_lock:
+            self._parked += 1
+        try:
+            self.server.pull_pool.submit(park)
+        except RuntimeError:  # the pool is shut down: the server is stopping
+            with self._busy_lock:
+                self._parked -= 1
+            return _frame(req.rid, (False, BrokerClosed("the broker server is stopping")))
+        return None
+
+    def release_consumers(self, orphan: bool) -> None:
+        """Hand this connection's consumers to the server (``orphan``: their in-flight
+        messages come back after their invisible time) or close them now."""
+        consumers, self.consumers = list(self.consumers.values()), {}
+        for c in consumers:
+            if orphan:
+                self.server.adopt_orphan(c)
+            else:
+                try:
+                    c.close()
+                except ChronoqError:
+                    pass
+
+
+def _frame(rid: int, outcome: tuple[bool, Any]) -> bytes:
+    ok, value = outcome
+    return P.response(rid, value) if ok else P.error_response(rid, value)
+
+
+class FrameReader:
+    """Reads whole frames off a socket, as many as each ``recv`` completes."""
+
+    def __init__(self, sock: socket.socket, limit: int) -> None:
+        self._sock = sock
+        self._limit = limit
+        self._buf = bytearray()
+
+    def frames(self) -> list[bytes] | None:
+        """Wait for at least one whole frame; every whole frame buffered now, or
+        ``None`` at a clean end of stream.
+
+        :raises ProtocolError: for a bad length, or a stream cut inside a frame.
+        """
+        buf, limit, unpack = self._buf, self._limit, P.HEADER.unpack_from
+        while True:
+            out = []
+            pos, n = 0, len(buf)
+            while n - pos >= 4:
+                length = P.check_length(unpack(buf, pos)[0], limit)
+                if n - pos - 4 < length:
+                    break
+                out.append(bytes(buf[pos + 4:pos + 4 + length]))
+                pos += 4 + length
+            if pos:
+                del buf[:pos]
+            if out:
+                return out
+            data = self._sock.recv(256 * 1024)
+            if not data:
+                if buf:
+                    raise P.ProtocolError("connection closed inside a frame")
+                return None
+            buf += data
+
+
+def _batch_item(outcome: tuple[bool, Any]) -> list[Any]:
+    ok, value = outcome
+    return [P.OK, value] if ok else [P.ERROR, P.error_payload(value)]
+
+
+def handlers_arg_list(args: dict[str, Any]) -> list[Any]:
+    """The ``reqs`` list of a batch request.
+
+    :raises ProtocolError: when missing or not a list.
+    """
+    reqs = args.get("reqs")
+    if type(reqs) is not list:
+        raise P.ProtocolError("batch needs reqs: [[op, args], ...]")
+    return reqs

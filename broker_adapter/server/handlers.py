@@ -1,0 +1,179 @@
+"""What each protocol operation does to the served ``EmbeddedBroker``.
+
+:class:`Handlers` turns decoded request args into broker calls and results into
+their wire form (see :mod:`broker_adapter.server.protocol`). Args of the wrong
+type are a :class:`~broker_adapter.server.protocol.ProtocolError` (the
+connection is closed); invalid values the broker refuses (a bad topic, a
+negative delay) are ordinary errors answered to the client.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from broker_adapter.errors import BrokerClosed, InvalidArgument
+from broker_adapter.message import Message
+from broker_adapter.results import ReceivedMessage
+from broker_adapter.server import protocol as P
+
+if TYPE_CHECKING:
+    from broker_adapter.base import Consumer
+    from broker_adapter.server.connection import Connection
+    from broker_adapter.server.server import BrokerServer
+
+#: Longest a single server-side long poll waits; clients loop for longer waits.
+MAX_POLL_MS = 30_000
+
+
+def arg(args: dict[str, Any], name: str, kind: type | tuple[type, ...],
+        optional: bool = False) -> Any:
+    """``args[name]``, checked to be of ``kind`` (``None`` allowed when ``optional``).
+
+    :raises ProtocolError: when missing or of another type.
+    """
+    value = args.get(name)
+    if value is None and optional:
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise P.ProtocolError(f"argument {name!r} must be {kind}, got {type(value).__name__}")
+    return value
+
+
+def _receipt_message(receipt: bytes) -> ReceivedMessage:
+    """A stand-in ``ReceivedMessage``: the embedded consumer needs only the receipt."""
+    return ReceivedMessage("", "", b"", 0, 0, 0, receipt)
+
+
+class Handlers:
+    """The operations of one server; each takes ``(connection, args)``.
+
+    :param server: the server whose broker (and metrics) they use.
+    """
+
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.table = {
+            "send": self.send, "send_batch": self.send_batch, "abort": self.abort,
+            "query": self.query, "pending": self.pending, "stats": self.stats,
+            "consumer_open": self.consumer_open, "pull": self.pull_now, "ack": self.ack,
+            "nack": self.nack, "dead_letter": self.dead_letter,
+            "consumer_close": self.consumer_close, "advance": self.advance,
+        }
+
+    # -- producer side -----------------------------------------------------------------------
+
+    def send(self, conn: Connection, args: dict[str, Any]) -> Any:
+        result = self.server.broker.send(P.decode_message(arg(args, "m", list)))
+        self.server.metrics.sent(1)
+        return P.encode_result(result)
+
+    def send_batch(self, conn: Connection, args: dict[str, Any]) -> Any:
+        ms = arg(args, "ms", list)
+        for m in ms:
+            if type(m) is not list or len(m) != 9:
+                raise P.ProtocolError("a message is a list of 9 fields")
+        results = self.server.broker.send_batch([Message(*m) for m in ms])
+        self.server.metrics.sent(len(ms))
+        return P.encode_results(results)
+
+    def abort(self, conn: Connection, args: dict[str, Any]) -> Any:
+        result = self.server.broker.abort(
+            arg(args, "id", str, True), key=arg(args, "key", str, True),
+            topic=arg(args, "topic", str, True))
+        self.server.metrics.aborted(result.status.value)
+        return [result.status.value, result.msg_id]
+
+    def query(self, conn: Connection, args: dict[str, Any]) -> Any:
+        view = self.server.broker.query(arg(args, "id", str))
+        return None if view is None else P.encode_view(view)
+
+    def pending(self, conn: Connection, args: dict[str, Any]) -> Any:
+        views = self.server.broker.pending(
+            arg(args, "topic", str, True), arg(args, "start", int, True),
+            arg(args, "end", int, True), arg(args, "limit", int))
+        return [P.encode_view(v) for v in views]
+
+    def stats(self, conn: Connection, args: dict[str, Any]) -> Any:
+        s = self.server.broker.stats()
+        return {
+            "topics": {n: [t.pending, t.fired_total, t.ready, t.inflight]
+                       for n, t in s.topics.items()},
+            "groups": {n: [g.ready, g.inflight, g.dead, g.acked_total]
+                       for n, g in s.groups.items()},
+        }
+
+    # -- consumer side -----------------------------------------------------------------------
+
+    def consumer_open(self, conn: Connection, args: dict[str, Any]) -> Any:
+        topics = arg(args, "topics", list)
+        consumer = self.server.broker.consumer(
+            arg(args, "group", str), topics,
+            invisible_ms=arg(args, "invisible_ms", int),
+            max_attempts=arg(args, "max_attempts", int),
+            max_inflight=arg(args, "max_inflight", int),
+            max_inflight_bytes=arg(args, "max_inflight_bytes", int))
+        return conn.add_consumer(consumer)
+
+    def _consumer(self, conn: Connection, args: dict[str, Any]) -> Consumer:
+        cid = arg(args, "cid", int)
+        consumer = conn.consumers.get(cid)
+        if consumer is None:
+            raise BrokerClosed(f"no open consumer {cid} on this connection; open one again")
+        return consumer
+
+    def pull_args(self, args: dict[str, Any]) -> tuple[int, int]:
+        """``(max, wait)`` of a pull, the wait capped at :data:`MAX_POLL_MS`."""
+        max_messages, wait_ms = arg(args, "max", int), arg(args, "wait", int)
+        if max_messages < 1 or wait_ms < 0:
+            raise InvalidArgument(f"pull needs max >= 1 and wait >= 0, got {max_messages}, "
+                                  f"{wait_ms}")
+        return max_messages, min(wait_ms, MAX_POLL_MS)
+
+    def pull_now(self, conn: Connection, args: dict[str, Any]) -> Any:
+        """A pull that does not wait (the connection parks waiting pulls elsewhere)."""
+        return self.pull(conn, args, 0)
+
+    def pull(self, conn: Connection, args: dict[str, Any], wait_ms: int) -> Any:
+        """Pull for up to ``wait_ms``; the messages in wire form."""
+        consumer = self._consumer(conn, args)
+        max_messages = self.pull_args(args)[0]
+        got = consumer.pull(max_messages, wait_ms)
+        if got:
+            self.server.metrics.pulled(got, time.time() * 1000)
+        encode = P.encode_received
+        return [encode(m) for m in got]
+
+    def ack(self, conn: Connection, args: dict[str, Any]) -> Any:
+        return self._consumer(conn, args).ack(_receipt_message(arg(args, "receipt", bytes)))
+
+    def nack(self, conn: Connection, args: dict[str, Any]) -> Any:
+        return self._consumer(conn, args).nack(
+            _receipt_message(arg(args, "receipt", bytes)), arg(args, "delay", int, True),
+            arg(args, "reason", str, True))
+
+    def dead_letter(self, conn: Connection, args: dict[str, Any]) -> Any:
+        return self._consumer(conn, args).dead_letter(
+            _receipt_message(arg(args, "receipt", bytes)), arg(args, "reason", str))
+
+    def consumer_close(self, conn: Connection, args: dict[str, Any]) -> Any:
+        consumer = conn.consumers.pop(arg(args, "cid", int), None)
+        if consumer is not None:
+            consumer.close()
+        return None
+
+    # -- test-only ---------------------------------------------------------------------------
+
+    def advance(self, conn: Connection, args: dict[str, Any]) -> Any:
+        """Move the manual clock (``ms`` forward, or ``to_ms``); test-only."""
+        clock = self.server.manual_clock
+        if clock is None:
+            raise InvalidArgument("advance is test-only: start the server with --manual-clock")
+        to_ms = arg(args, "to_ms", int, True)
+        ms = arg(args, "ms", int, True)
+        if (to_ms is None) == (ms is None):
+            raise InvalidArgument("advance takes ms or to_ms")
+        delta = to_ms - clock.now_ms() if to_ms is not None else ms
+        if delta < 0:
+            raise InvalidArgument("the manual clock only moves forward")
+        return clock.advance(delta)

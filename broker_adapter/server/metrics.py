@@ -1,0 +1,147 @@
+"""Prometheus metrics of a broker server (``--metrics-port``).
+
+Gauges read ``broker.stats()`` at scrape time: ``chronoq_pending{topic}``,
+``chronoq_ready{group}``, ``chronoq_inflight{group}``, ``chronoq_dead{group}``,
+and the counter ``chronoq_fired_total{topic}``. Counted as requests arrive:
+``chronoq_requests_total{op}``, ``chronoq_sent_messages_total``,
+``chronoq_aborts_total{status}``, ``chronoq_pulled_messages_total`` (their
+``rate()`` are the send, abort and pull rates), ``chronoq_bad_frames_total``,
+``chronoq_auth_failures_total``, ``chronoq_refused_connections_total``.
+``chronoq_fire_lateness_seconds`` is a histogram of, for each first delivery,
+the server's wall time when a consumer received it minus its due time (so it
+includes any time it waited in ``ready`` for a consumer).
+
+``prometheus_client`` is imported only when metrics are served; without a port
+the counters are plain no-ops.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from broker_adapter.errors import ChronoqError
+from broker_adapter.results import ReceivedMessage
+
+if TYPE_CHECKING:
+    from broker_adapter.server.server import BrokerServer
+
+log = logging.getLogger("chronoq.broker_adapter.ServerMetrics")
+log.addHandler(logging.NullHandler())
+
+LATENESS_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class ServerMetrics:
+    """The server's metrics; :meth:`serve` starts the HTTP endpoint.
+
+    :param server: whose broker the gauges read.
+    """
+
+    def __init__(self, server: BrokerServer) -> None:
+        self._server = server
+        self._on = False
+        self._http: Any = None
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        """Expose ``/metrics`` on ``host:port``."""
+        import prometheus_client as pc
+
+        self.registry = reg = pc.CollectorRegistry()
+        self._requests = pc.Counter("chronoq_requests", "Requests by operation", ["op"],
+                                    registry=reg)
+        self._sent = pc.Counter("chronoq_sent_messages", "Messages sent", registry=reg)
+        self._aborts = pc.Counter("chronoq_aborts", "Abort requests by outcome", ["status"],
+                                  registry=reg)
+        self._pulled = pc.Counter("chronoq_pulled_messages", "Messages handed to consumers",
+                                  registry=reg)
+        self._lateness = pc.Histogram("chronoq_fire_lateness_seconds",
+                                      "First delivery time minus due time",
+                                      buckets=LATENESS_BUCKETS, registry=reg)
+        self._bad = pc.Counter("chronoq_bad_frames", "Malformed frames (connection closed)",
+                               registry=reg)
+        self._auth = pc.Counter("chronoq_auth_failures", "Wrong or missing tokens", registry=reg)
+        self._refused = pc.Counter("chronoq_refused_connections", "Over max connections",
+                                   registry=reg)
+        reg.register(_StatsCollector(self._server))
+        self._http = pc.start_http_server(port, addr=host, registry=reg)
+        self._on = True
+        log.info("metrics on http://%s:%d/metrics", host, port)
+
+    def stop(self) -> None:
+        """Stop the HTTP endpoint, if any."""
+        if self._http is not None:
+            server, thread = self._http
+            server.shutdown()
+            thread.join(timeout=5)
+            self._http = None
+
+    def request(self, op: str) -> None:
+        """Count one request."""
+        if self._on:
+            self._requests.labels(op).inc()
+
+    def sent(self, n: int) -> None:
+        """Count ``n`` sent messages."""
+        if self._on:
+            self._sent.inc(n)
+
+    def aborted(self, status: str) -> None:
+        """Count one abort by outcome."""
+        if self._on:
+            self._aborts.labels(status).inc()
+
+    def pulled(self, messages: Sequence[ReceivedMessage], now_ms: float) -> None:
+        """Count pulled messages and observe the lateness of first deliveries."""
+        if not self._on:
+            return
+        self._pulled.inc(len(messages))
+        observe = self._lateness.observe
+        for m in messages:
+            if m.attempts == 1:
+                observe(max(now_ms - m.deliver_at_ms, 0.0) / 1000)
+
+    def bad_frame(self) -> None:
+        """Count a malformed frame."""
+        if self._on:
+            self._bad.inc()
+
+    def auth_failed(self) -> None:
+        """Count a refused token."""
+        if self._on:
+            self._auth.inc()
+
+    def refused(self) -> None:
+        """Count a connection refused for the connection limit."""
+        if self._on:
+            self._refused.inc()
+
+
+class _StatsCollector:
+    """Gauges from ``broker.stats()`` at scrape time."""
+
+    def __init__(self, server: BrokerServer) -> None:
+        self._server = server
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        try:
+            stats = self._server.broker.stats()
+        except ChronoqError:  # closed during shutdown or reset: no gauges this scrape
+            return
+        pending = GaugeMetricFamily("chronoq_pending", "Messages on the wheel", labels=["topic"])
+        fired = CounterMetricFamily("chronoq_fired", "Messages fired", labels=["topic"])
+        for name, t in stats.topics.items():
+            pending.add_metric([name], t.pending)
+            fired.add_metric([name], t.fired_total)
+        ready = GaugeMetricFamily("chronoq_ready", "Fired, not yet pulled", labels=["group"])
+        inflight = GaugeMetricFamily("chronoq_inflight", "Pulled, not yet acked",
+                                     labels=["group"])
+        dead = GaugeMetricFamily("chronoq_dead", "Dead letters", labels=["group"])
+        for name, g in stats.groups.items():
+            ready.add_metric([name], g.ready)
+            inflight.add_metric([name], g.inflight)
+            dead.add_metric([name], g.dead)
+        yield from (pending, fired, ready, inflight, dead)

@@ -1,0 +1,271 @@
+"""BrokerServer: one :class:`EmbeddedBroker` served to many processes over TCP.
+
+RocksDB lets one process own a data directory; the server is that process, and
+web apps, workers and Spark drivers reach it with ``chronoq://host:port``
+(:class:`~broker_adapter.server.client.RemoteBroker`). Protocol:
+:mod:`broker_adapter.server.protocol`.
+
+Threads: one accept thread, one reader thread per connection (quick requests
+run there), a pool for parked long polls, and a housekeeping thread that closes
+the consumers of vanished clients once their in-flight messages went back (after
+their invisible time). Security: it binds 127.0.0.1 by default and refuses a
+non-loopback address without a token; the token is compared in constant time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import os
+import secrets
+import shutil
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from broker_adapter.base import Consumer
+from broker_adapter.clock import ManualClock
+from broker_adapter.embedded.broker import EmbeddedBroker
+from broker_adapter.errors import InvalidArgument
+from broker_adapter.server import protocol as P
+from broker_adapter.server.connection import Connection
+from broker_adapter.server.handlers import Handlers, arg
+from broker_adapter.server.metrics import ServerMetrics
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+log = logging.getLogger("chronoq.broker_adapter.BrokerServer")
+log.addHandler(logging.NullHandler())
+
+DEFAULT_PORT = 7420
+DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_MAX_INFLIGHT = 128
+NODE_FILE = "chronoq-node-id"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a loopback address."""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    addrs = {info[4][0] for info in infos}
+    return bool(addrs) and all(ipaddress.ip_address(str(a).split("%")[0]).is_loopback
+                               for a in addrs)
+
+
+class BrokerServer:
+    """Serve the broker on ``data_dir`` at ``host:port``.
+
+    :param data_dir: the embedded broker's RocksDB directory.
+    :param host: address to bind (default 127.0.0.1).
+    :param port: TCP port (0 picks a free one; see :attr:`port`).
+    :param token: clients must present it; required for a non-loopback ``host``.
+    :param manual_clock_ms: test-only: run the broker on a ``ManualClock`` from
+        this time and accept the ``advance`` and ``reset`` requests.
+    :param max_connections: connections served at once; more are refused.
+    :param max_inflight: unanswered requests per connection before it is not read.
+    :param max_frame: largest frame accepted (bytes).
+    :param broker_options: more ``EmbeddedBroker`` arguments (e.g. ``durability``).
+    :raises InvalidArgument: for a non-loopback ``host`` without a token.
+    :raises BrokerLocked: when another process owns ``data_dir``.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        *,
+        token: str | None = None,
+        manual_clock_ms: int | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        max_frame: int = P.MAX_FRAME,
+        broker_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not token and not is_loopback(host):
+            raise InvalidArgument(
+                f"refusing to bind {host!r} without a token: anyone who can reach it could "
+                "send and abort messages; pass --token (or CHRONOQ_TOKEN) or bind 127.0.0.1")
+        for name, v in (("max_connections", max_connections), ("max_inflight", max_inflight),
+                        ("max_frame", max_frame)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InvalidArgument(f"{name} must be a positive int, got {v!r}")
+        self.data_dir = Path(data_dir)
+        self.token = token or None
+        self.max_connections = max_connections
+        self.max_inflight = max_inflight
+        self.max_frame = max_frame
+        self._broker_options = dict(broker_options or {})
+        self.manual_clock = None if manual_clock_ms is None else ManualClock(manual_clock_ms)
+        self.broker = self._open_broker()
+        self.node = self._node_id()
+        self.metrics = ServerMetrics(self)
+        self.handlers = Handlers(self)
+        self.pull_pool = ThreadPoolExecutor(max_workers=max(64, max_connections * 2),
+                                            thread_name_prefix="chronoq-pull")
+        self._conns: set[Connection] = set()
+        self._orphans: list[Consumer] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._sock = socket.create_server((host, port), backlog=512, reuse_port=False)
+        self._sock.settimeout(0.2)
+        self.host = host
+        self.port: int = self._sock.getsockname()[1]
+        self._threads: list[threading.Thread] = []
+
+    def _open_broker(self) -> EmbeddedBroker:
+        return EmbeddedBroker(self.data_dir, clock=self.manual_clock, **self._broker_options)
+
+    def _node_id(self) -> str:
+        """This data directory's node id (made once, kept in ``chronoq-node-id``)."""
+        path = self.data_dir / NODE_FILE
+        try:
+            node = path.read_text().strip()
+        except FileNotFoundError:
+            node = ""
+        if len(node) != 8:
+            node = secrets.token_hex(4)
+            path.write_text(node + "\n")
+        return node
+
+    def hello_info(self) -> dict[str, Any]:
+        """What ``hello`` answers."""
+        return {"v": P.VERSION, "node": self.node, "max_body": self.broker.max_body_bytes,
+                "max_frame": self.max_frame, "manual_clock": self.manual_clock is not None}
+
+    # -- running -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Serve on background threads (accept and housekeeping)."""
+        for target, name in ((self._accept_loop, "chronoq-accept"),
+                             (self._housekeep_loop, "chronoq-server-housekeep")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+        log.info("serving %s on %s:%d (node %s)", self.data_dir, self.host, self.port, self.node)
+
+    def _accept_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                sock, addr = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stopping.is_set():
+                    return
+                log.exception("accept failed")
+                time.sleep(0.1)
+                continue
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = Connection(self, sock, f"{addr[0]}:{addr[1]}")
+            with self._lock:
+                full = len(self._conns) >= self.max_connections
+                if not full:
+                    self._conns.add(conn)
+            if full:
+                self.metrics.refused()
+                log.warning("refusing %s: %d connections already", conn.peer, self.max_connections)
+                with contextlib.suppress(OSError):
+                    sock.sendall(P.error_response(0, InvalidArgument(
+                        f"the broker server has its maximum of {self.max_connections} "
+                        "connections; try again later")))
+                sock.close()
+                continue
+            conn.thread.start()
+
+    def _housekeep_loop(self) -> None:
+        while not self._stopping.wait(1.0):
+            with self._lock:
+                orphans, self._orphans = self._orphans, []
+            keep = []
+            for c in orphans:
+                if getattr(c, "held", 0) > 0 and not getattr(c, "closed", True):
+                    keep.append(c)
+                else:
+                    with contextlib.suppress(Exception):
+                        c.close()
+            with self._lock:
+                self._orphans.extend(keep)
+
+    def forget(self, conn: Connection) -> None:
+        """A connection ended: its consumers become orphans (unless it was reset away)."""
+        conn.release_consumers(orphan=not self._stopping.is_set())
+        with self._lock:
+            self._conns.discard(conn)
+
+    def adopt_orphan(self, consumer: Consumer) -> None:
+        """Keep a vanished client's consumer until its in-flight messages went back."""
+        with self._lock:
+            self._orphans.append(consumer)
+
+    @property
+    def connections(self) -> int:
+        """Connections served now."""
+        return len(self._conns)
+
+    def reset(self, requester: Connection, args: dict[str, Any]) -> None:
+        """Test-only: drop every other connection, empty the data directory and start
+        again on a ``ManualClock`` at ``start_ms``.
+
+        :raises InvalidArgument: unless the server runs with a manual clock.
+        """
+        if self.manual_clock is None:
+            raise InvalidArgument("reset is test-only: start the server with --manual-clock")
+        start_ms = arg(args, "start_ms", int)
+        with self._lock:
+            others = [c for c in self._conns if c is not requester]
+        for c in others:
+            c.close()
+        for c in others:
+            c.thread.join(timeout=5)
+        requester.release_consumers(orphan=False)
+        with self._lock:
+            orphans, self._orphans = self._orphans, []
+        for o in orphans:
+            with contextlib.suppress(Exception):
+                o.close()
+        self.broker.close()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        self.manual_clock = ManualClock(start_ms)
+        self.broker = self._open_broker()
+        self.node = self._node_id()
+
+    def shutdown(self, drain_s: float = 10.0) -> None:
+        """Stop accepting, let in-flight requests finish (up to ``drain_s``; parked long
+        polls are cut short), flush and close the broker. Calling it twice is harmless."""
+        if self._stopping.is_set():
+            self._stopped.wait(drain_s + 30)
+            return
+        self._stopping.set()
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            c.stop_reading()
+        deadline = time.monotonic() + drain_s
+        while time.monotonic() < deadline and any(
+                c.busy for c in conns if not c.closed):
+            time.sleep(0.01)
+        self.broker.close()  # wakes parked pulls (they answer BrokerClosed)
+        self.pull_pool.shutdown(wait=True, cancel_futures=True)
+        for c in conns:
+            c.close()
+        for c in conns:
+            c.thread.join(timeout=5)
+        self.metrics.stop()
+        self._stopped.set()
+        log.info("broker server on port %d stopped", self.port)
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        """Block until :meth:`shutdown` finished (or ``timeout`` s passed)."""
+        return self._stopped.wait(timeout)
