@@ -1,12 +1,16 @@
-"""Fixtures shared by every suite: a fresh data directory and a manual clock."""
+"""Fixtures shared by every suite: a fresh data directory, a manual clock, and a real
+redis-server for the session."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from broker_adapter.clock import ManualClock
+from tests.redis_server import RedisServer
 
 #: Where every ManualClock in the tests starts (2023-11-14T22:13:20Z).
 START_MS = 1_700_000_000_000
@@ -22,3 +26,26 @@ def data_dir(tmp_path: Path) -> Path:
 def manual_clock() -> ManualClock:
     """A clock that only moves when a test advances it."""
     return ManualClock(START_MS)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One real ``redis-server`` for the session on a free 127.0.0.1 port (skips when
+    it is not installed, fails on ``CI=true``)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """The session server's URL, flushed before and after the test."""
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
+    client.flushall()
+    try:
+        yield redis_server.url
+    finally:
+        client.flushall()
+        client.close()

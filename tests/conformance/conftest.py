@@ -60,6 +60,20 @@ def _embedded(request: pytest.FixtureRequest, workdir: Path) -> AdapterFactory:
     return EmbeddedFactory(workdir / "embedded")
 
 
+def _remote(request: pytest.FixtureRequest, workdir: Path) -> AdapterFactory:
+    """RemoteBroker against one shared ``--manual-clock`` server subprocess."""
+    from tests.server.remote_harness import make_remote
+
+    return make_remote(request, workdir)
+
+
+def _redis(request: pytest.FixtureRequest, workdir: Path) -> AdapterFactory:
+    """RedisBroker on the session's real redis-server (flushed per test)."""
+    from tests.redis.harness import make_redis
+
+    return make_redis(request)
+
+
 @dataclass(frozen=True)
 class AdapterSpec:
     """One row of the adapter table: an id, a factory maker and pytest marks."""
@@ -74,6 +88,8 @@ class AdapterSpec:
 #: ``AdapterSpec("redis", _redis, marks=(pytest.mark.external_service,))``.
 ADAPTERS: list[AdapterSpec] = [
     AdapterSpec("embedded", _embedded),
+    AdapterSpec("remote", _remote, marks=(pytest.mark.external_service,)),
+    AdapterSpec("redis", _redis, marks=(pytest.mark.external_service,)),
 ]
 
 

@@ -1,0 +1,95 @@
+"""AckBatcher: acks of a :class:`RedisBroker` written in batches, off the caller's thread.
+
+A consumer answers ``ack`` from what it knows (the delivery is one it holds and
+its invisible time has not passed by broker time) and queues the write; this
+thread writes queued acks in one pipeline as soon as it can. Every other call
+that reads or changes group state (pull, nack, dead letter, query, stats,
+pending, flush, close) flushes the queue first, so it sees every ack made
+before it. If Redis refuses or loses a queued ack, the delivery comes back after
+its invisible time: at least once, as always.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker_adapter.redis.broker import RedisBroker
+
+MAX_BATCH = 2000
+#: Seconds the writer waits after the first queued ack, gathering more.
+GATHER_S = 0.002
+
+
+class AckBatcher:
+    """Queues ``(shard, group, n, deliveries)`` acks and writes them in pipelines."""
+
+    def __init__(self, broker: RedisBroker) -> None:
+        self._b = broker
+        self._queue: list[tuple[int, str, bytes, bytes]] = []
+        self._cond = threading.Condition(threading.Lock())
+        self._flush_lock = threading.Lock()  # one writer at a time keeps acks in order
+        self._closed = False
+        self.log = logging.getLogger("chronoq.broker_adapter.AckBatcher")
+        self.log.addHandler(logging.NullHandler())
+        self._thread = threading.Thread(target=self._run, name="chronoq-redis-acks",
+                                        daemon=True)
+        self._thread.start()
+
+    def add(self, shard: int, group: str, n: bytes, deliveries: bytes) -> None:
+        """Queue one ack."""
+        with self._cond:
+            self._queue.append((shard, group, n, deliveries))
+            if len(self._queue) == 1 or len(self._queue) >= MAX_BATCH:
+                self._cond.notify()
+
+    def flush(self) -> None:
+        """Write every ack queued so far (returns at once when none is queued).
+
+        :raises RedisError: when the write fails (the acks are dropped: their
+            deliveries come back after the invisible time).
+        """
+        if not self._queue:
+            return
+        with self._flush_lock:
+            while True:
+                with self._cond:
+                    batch = self._queue[:MAX_BATCH]
+                    del self._queue[:MAX_BATCH]
+                if not batch:
+                    return
+                b = self._b
+                per: dict[tuple[int, str], list[bytes]] = {}
+                for s, g, n, att in batch:
+                    per.setdefault((s, g), []).extend((n, att))
+                b.scripts.pipeline([("ack", b.due_keys[s], (b.bases[s], g, *pairs))
+                                    for (s, g), pairs in per.items()])
+
+    def close(self) -> None:
+        """Write what is queued, then stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout=10)
+        try:
+            self.flush()
+        except Exception:
+            self.log.warning("acks lost at close; their messages will be redelivered",
+                             exc_info=True)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                # gather for a moment: one pipeline for many acks costs far less CPU
+                self._cond.wait(GATHER_S)
+            try:
+                self.flush()
+            except Exception:
+                self.log.warning("writing acks failed; their messages will be redelivered",
+                                 exc_info=True)

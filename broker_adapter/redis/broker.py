@@ -1,0 +1,404 @@
+"""RedisBroker: the ``BrokerAdapter`` contract on Redis, one instance or a Cluster.
+
+The scale-out path: schedulers, dispatchers and firing processes on many machines
+share one Redis (``redis://``, ``rediss://``) or Redis Cluster (``redis+cluster://``).
+Every multi-key step is one Lua script on one shard (see
+:mod:`broker_adapter.redis.keys` for the keyspace, each ``*.lua`` header for the
+keys it touches). Time comes from the injected clock and enters every script as
+an argument. Durability is Redis's: with ``appendonly yes`` and
+``appendfsync always`` an acknowledged send survives a Redis crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgpack
+import redis
+
+from broker_adapter.base import (
+    DEFAULT_INVISIBLE_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_INFLIGHT,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+    BrokerAdapter,
+    Consumer,
+    SendCallback,
+    retry_topic,
+)
+from broker_adapter.clock import Clock, SystemClock
+from broker_adapter.embedded.async_sender import AsyncSender
+from broker_adapter.errors import BrokerClosed, InvalidArgument, InvalidDelay, MessageTooLarge
+from broker_adapter.message import Message, check_topic
+from broker_adapter.redis import keys as K
+from broker_adapter.redis.acks import AckBatcher
+from broker_adapter.redis.connect import open_client
+from broker_adapter.redis.consumer import RedisConsumer
+from broker_adapter.redis.firer import Firer, Listener
+from broker_adapter.redis.scripts import Call, Scripts, redis_errors
+from broker_adapter.redis.views import build_stats, build_view, pending_view
+from broker_adapter.results import (
+    AbortResult,
+    AbortStatus,
+    BrokerStats,
+    MessageView,
+    SendResult,
+    SendStatus,
+)
+
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_DELAY_MS = 10 * 366 * 24 * 3600 * 1000
+DEFAULT_RETENTION_MS = 72 * 3600 * 1000
+_ABORT = {b"A": AbortStatus.ABORTED, b"D": AbortStatus.ALREADY_DELIVERED,
+          b"N": AbortStatus.NOT_FOUND}
+
+
+class RedisBroker(BrokerAdapter):
+    """Timed messages on Redis; see :mod:`broker_adapter.redis.keys` for the keyspace.
+
+    :param client: a ``redis.Redis`` or ``redis.RedisCluster`` (bytes replies).
+    :param clock: time source (a ``ManualClock`` in tests).
+    :param prefix: prefix of every key and channel.
+    :param shards: due-index shards; every process on one prefix must agree.
+    :param max_body_bytes: largest body (plus properties) accepted.
+    :param max_delay_ms: the furthest ahead a message may be due.
+    :param retention_ms: how long fired messages stay readable (Redis TTL, and the
+        log new groups start from, by broker time).
+    :param fire: run a firing thread in this process (default); ``False`` for
+        processes that only send.
+    :param fire_chunk: most entries one shard fires per script call.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        clock: Clock | None = None,
+        prefix: str = K.DEFAULT_PREFIX,
+        shards: int = K.DEFAULT_SHARDS,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+        fire: bool = True,
+        fire_chunk: int = 1000,
+    ) -> None:
+        for name, value in (("shards", shards), ("max_body_bytes", max_body_bytes),
+                            ("max_delay_ms", max_delay_ms), ("retention_ms", retention_ms),
+                            ("fire_chunk", fire_chunk)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InvalidArgument(f"{name} must be a positive int, got {value!r}")
+        if shards > K.MAX_SHARDS:
+            raise InvalidArgument(f"shards must be at most {K.MAX_SHARDS}, got {shards}")
+        self.log = logging.getLogger("chronoq.broker_adapter.RedisBroker")
+        self.log.addHandler(logging.NullHandler())
+        self.client = client
+        self.clock: Clock = clock or SystemClock()
+        self.prefix = prefix
+        self.bases = K.shard_bases(prefix, shards)
+        self.due_keys = tuple(base + K.DUE for base in self.bases)
+        self.wake_channel = f"{prefix}:{K.WAKE_CHANNEL}"
+        self.wake_channel_b = self.wake_channel.encode()
+        self.ready_channel = f"{prefix}:{K.READY_CHANNEL}"
+        self.origin = os.urandom(6).hex()
+        self.origin_b = self.origin.encode()
+        self.max_body_bytes = max_body_bytes
+        self.max_delay_ms = max_delay_ms
+        self.retention_ms = retention_ms
+        self.topic_names: dict[bytes, str] = {}
+        self.scripts = Scripts(client)
+        self.closed = False
+        self._rr = 0
+        self._rr_lock = threading.Lock()
+        self._ready = threading.Condition(threading.Lock())
+        self.ready_epoch = 0
+        self._consumers: weakref.WeakSet[RedisConsumer] = weakref.WeakSet()
+        with redis_errors("connect"):
+            self.scripts.load()
+        self.acks = AckBatcher(self)
+        self.firer = Firer(self, chunk=fire_chunk)
+        self._listener = Listener(self)
+        with redis_errors("subscribe"):
+            self._listener.start()
+        self._fire = fire
+        if fire:
+            self.firer.start()
+            self.clock.subscribe(self.firer.kick)
+        self._sender = AsyncSender(self.send_batch, self.check_open, max_body_bytes)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisBroker:
+        """Open ``redis://``, ``rediss://`` or ``redis+cluster://host:port`` (an entry node).
+
+        Query parameters ``prefix``, ``shards``, ``max_body_bytes``, ``max_delay_ms``,
+        ``retention_ms``, ``fire`` (0/1) and ``fire_chunk`` go to the broker; the rest to
+        redis-py. Keyword arguments (e.g. ``clock=``) override them.
+
+        :raises InvalidArgument: for a malformed parameter.
+        :raises ConnectionFailed: when Redis cannot be reached.
+        """
+        client, opts = open_client(url)
+        opts.update(kwargs)
+        return cls(client, **opts)
+
+    # -- helpers used by the consumer, firer and listener --------------------------------
+
+    def now_ms(self) -> int:
+        """Broker time (the injected clock), epoch ms."""
+        return self.clock.now_ms()
+
+    def check_open(self) -> None:
+        """:raises BrokerClosed: when the broker is closed."""
+        if self.closed:
+            raise BrokerClosed("Redis broker is closed")
+
+    def notify_ready(self, shards: Iterable[int]) -> None:
+        """Wake this process's pulls; ``shards`` may have new ready messages."""
+        shards = list(shards)
+        if shards:
+            for c in list(self._consumers):
+                c.mark(shards)
+        with self._ready:
+            self.ready_epoch += 1
+            self._ready.notify_all()
+
+    def announce_ready(self, shards: list[int]) -> None:
+        """Tell pulls here and in every other process that ``shards`` have news."""
+        self.notify_ready(shards)
+        try:
+            self.client.publish(self.ready_channel,
+                                f"{self.origin}:{','.join(map(str, shards))}")
+        except redis.RedisError:
+            self.log.warning("could not publish ready news", exc_info=True)
+
+    def wait_ready(self, epoch: int, timeout_s: float) -> bool:
+        """Wait until news after ``epoch`` (``True``) or ``timeout_s`` passed (``False``)."""
+        with self._ready:
+            if self.ready_epoch == epoch:
+                self._ready.wait(timeout_s)
+            return self.ready_epoch != epoch
+
+    def forget(self, consumer: RedisConsumer) -> None:
+        """A consumer closed."""
+        self._consumers.discard(consumer)
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def send(self, message: Message) -> SendResult:
+        """See :meth:`BrokerAdapter.send`."""
+        return self.send_batch((message,))[0]
+
+    def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        """See :meth:`BrokerAdapter.send_batch`. One script per shard in one round trip;
+        every check is made before anything is written."""
+        self.check_open()
+        rows: list[list[Any]] = []
+        for m in messages:
+            if not isinstance(m, Message):
+                raise InvalidArgument(f"send takes Message objects, got {type(m).__name__}")
+            props = m.properties_bytes() if m.properties else b""
+            size = len(m.body) + len(props)
+            if size > self.max_body_bytes:
+                raise MessageTooLarge(size, self.max_body_bytes)
+            rows.append([m.topic, m.body, m.key or "", m.tags or "", props, 0, 0])
+        if not rows:
+            return []
+        now = self.now_ms()
+        limit = now + self.max_delay_ms
+        count = len(self.bases)
+        with self._rr_lock:
+            rr = self._rr
+            self._rr = (rr + 1) % count
+        per_shard: dict[int, list[int]] = {}
+        # keyless messages: the batch is cut into equal runs, one per shard
+        keyless = sum(1 for m in messages if m.key is None) or 1
+        j = 0
+        for i, (m, row) in enumerate(zip(messages, rows, strict=True)):
+            due = m.deliver_at(now)
+            if due > limit:
+                raise InvalidDelay("delay", due - now,
+                                   f"due after the broker's max delay of {self.max_delay_ms} ms")
+            row[5] = due
+            row[6] = m.deliver_at_ms if m.deliver_at_ms is not None else due
+            if m.key is None:
+                shard = (rr + j * count // keyless) % count
+                j += 1
+            else:
+                shard = K.key_shard(m.topic, m.key, count)
+            per_shard.setdefault(shard, []).append(i)
+        shards = list(per_shard)
+        calls: list[Call] = [
+            ("send", self.due_keys[s], (self.bases[s], now,
+                                        msgpack.packb([rows[i] for i in per_shard[s]], use_bin_type=False),
+                                        self.wake_channel, s))
+            for s in shards]
+        with redis_errors("send"):
+            replies = self.scripts.pipeline(calls)
+        results: list[SendResult | None] = [None] * len(rows)
+        ok, dup = SendStatus.OK, SendStatus.DUPLICATE
+        for s, (packed, wake) in zip(shards, replies, strict=True):
+            prefix = f"{s}-"
+            for i, (status, n, due) in zip(per_shard[s], msgpack.unpackb(packed, raw=True),
+                                           strict=True):
+                results[i] = SendResult(ok if status else dup, prefix + n.decode(), due)
+            if wake >= 0:
+                self.firer.note_due(s, wake)
+        return results  # type: ignore[return-value]
+
+    def send_async(self, message: Message, callback: SendCallback) -> None:
+        """See :meth:`BrokerAdapter.send_async`."""
+        self._sender.submit(message, callback)
+
+    def send_oneway(self, message: Message) -> None:
+        """See :meth:`BrokerAdapter.send_oneway`."""
+        self._sender.submit(message, None)
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """See :meth:`BrokerAdapter.flush`."""
+        self.check_open()
+        self._sender.flush(timeout_s)
+        with redis_errors("flush"):
+            self.acks.flush()
+
+    # -- aborting and reading --------------------------------------------------------------
+
+    def abort(
+        self, msg_id: str | None = None, *, key: str | None = None, topic: str | None = None
+    ) -> AbortResult:
+        """See :meth:`BrokerAdapter.abort`."""
+        if (msg_id is None) == (key is None) or (key is None) != (topic is None):
+            raise InvalidArgument("abort takes msg_id=..., or key=... with topic=...")
+        self.check_open()
+        count = len(self.bases)
+        if msg_id is not None:
+            parsed = K.parse_id(msg_id, count)
+            if parsed is None:
+                return AbortResult(AbortStatus.NOT_FOUND, msg_id)
+            shard, target, mode = parsed[0], parsed[1], "id"
+        else:
+            assert key is not None and topic is not None
+            shard, target, mode = K.key_shard(topic, key, count), f"{topic}\0{key}", "key"
+        with redis_errors("abort"):
+            status, n = self.scripts.call(
+                "abort", self.due_keys[shard], (self.bases[shard], mode, target,
+                                                self.retention_ms))
+        if not n:
+            return AbortResult(AbortStatus.NOT_FOUND, None)
+        return AbortResult(_ABORT[status], K.make_id(shard, n.decode()))
+
+    def query(self, msg_id: str) -> MessageView | None:
+        """See :meth:`BrokerAdapter.query`."""
+        self.check_open()
+        parsed = K.parse_id(msg_id, len(self.bases))
+        if parsed is None:
+            return None
+        shard, n = parsed
+        base = self.bases[shard]
+        with redis_errors("query"):
+            self.acks.flush()
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(f"{base}{K.MESSAGE}{n}")
+            pipe.strlen(f"{base}{K.BODY}{n}")
+            fields, body_size = pipe.execute()
+            if not fields:
+                return None
+            retry_due = {}
+            for name, value in fields.items():
+                if name[:1] == b"G" and value[:1] == b"P":
+                    group = name[1:].decode()
+                    score = self.client.zscore(self.due_keys[shard], f"{n}|{group}")
+                    if score is not None:
+                        retry_due[group] = int(score)
+        return build_view(msg_id, fields, retry_due, int(body_size))
+
+    def pending(
+        self,
+        topic: str | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        limit: int = 100,
+    ) -> list[MessageView]:
+        """See :meth:`BrokerAdapter.pending`."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidArgument(f"limit must be an int >= 1, got {limit!r}")
+        self.check_open()
+        lo = "-inf" if start_ms is None else str(int(start_ms))
+        hi = "+inf" if end_ms is None else str(int(end_ms))
+        calls: list[Call] = [("pending", key, (base, lo, hi, limit, topic or ""))
+                             for base, key in zip(self.bases, self.due_keys, strict=True)]
+        with redis_errors("pending"):
+            self.acks.flush()
+            replies = self.scripts.pipeline(calls)
+        rows = []
+        for s, packed in enumerate(replies):
+            for row in msgpack.unpackb(packed, raw=True):
+                rows.append((row[1], s, int(row[0]), row))
+        rows.sort(key=lambda r: r[:3])
+        return [pending_view(K.make_id(s, row[0].decode()), row) for _, s, _, row in rows[:limit]]
+
+    def stats(self) -> BrokerStats:
+        """See :meth:`BrokerAdapter.stats`."""
+        self.check_open()
+        with redis_errors("stats"):
+            self.acks.flush()
+            pipe = self.client.pipeline(transaction=False)
+            for base in self.bases:
+                pipe.hgetall(base + K.STAT)
+            hashes = pipe.execute()
+        return build_stats(hashes)
+
+    def consumer(
+        self,
+        group: str,
+        topics: Iterable[str],
+        *,
+        invisible_ms: int = DEFAULT_INVISIBLE_MS,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+    ) -> Consumer:
+        """See :meth:`BrokerAdapter.consumer`."""
+        check_topic(group)
+        names = tuple(dict.fromkeys(check_topic(t, allow_system=True) for t in topics))
+        if not names:
+            raise InvalidArgument("a consumer needs at least one topic")
+        for label, limit in (("invisible_ms", invisible_ms), ("max_attempts", max_attempts),
+                             ("max_inflight", max_inflight),
+                             ("max_inflight_bytes", max_inflight_bytes)):
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise InvalidArgument(f"{label} must be an int >= 1, got {limit!r}")
+        self.check_open()
+        subscribed = (*names, retry_topic(group))
+        with redis_errors("consumer"):
+            self.scripts.pipeline([("register", key, (base, group, *subscribed))
+                                   for base, key in zip(self.bases, self.due_keys, strict=True)])
+        c = RedisConsumer(self, group, names, invisible_ms=invisible_ms,
+                          max_attempts=max_attempts, max_inflight=max_inflight,
+                          max_inflight_bytes=max_inflight_bytes)
+        self._consumers.add(c)
+        return c
+
+    def close(self) -> None:
+        """See :meth:`BrokerAdapter.close`."""
+        if self.closed:
+            return
+        try:
+            self._sender.close()
+        finally:
+            self.closed = True
+        if self._fire:
+            self.clock.unsubscribe(self.firer.kick)
+        self.firer.close()
+        self._listener.close()
+        self.acks.close()
+        for c in list(self._consumers):
+            c.closed = True
+        self.notify_ready(())
+        try:
+            self.client.close()
+        except (redis.RedisError, OSError):
+            self.log.debug("closing the Redis client failed", exc_info=True)

@@ -1,0 +1,286 @@
+"""RedisConsumer: one member of a consumer group of a :class:`RedisBroker`.
+
+A pull claims the head of the group's ready set in every shard that may have
+messages (``claim.lua``, one pipeline: claims are atomic, so members of one group
+never get the same delivery), merges them by fire order, and gives back
+(``release.lua``) what it may not hand out: past ``max_messages`` or flow
+control, or past fire order across shards. What a
+consumer holds is tracked here for flow control; the truth (in flight, deadline,
+deliveries) is in Redis, so a consumer process that dies loses nothing: its
+deliveries come back when their invisible time passes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from broker_adapter.base import Consumer, retry_backoff_ms
+from broker_adapter.errors import BrokerClosed, InvalidArgument
+from broker_adapter.redis.scripts import redis_errors
+from broker_adapter.results import NO_PROPERTIES, ReceivedMessage
+
+if TYPE_CHECKING:
+    from broker_adapter.redis.broker import RedisBroker
+
+#: Real seconds a waiting pull goes without news before it looks at every shard.
+RECHECK_S = 0.1
+
+
+def _text(value: Any) -> str | None:
+    return value.decode() if value else None
+
+
+class RedisConsumer(Consumer):
+    """A member of consumer ``group`` on ``topics``; see :meth:`BrokerAdapter.consumer`."""
+
+    def __init__(self, broker: RedisBroker, group: str, topics: tuple[str, ...], *,
+                 invisible_ms: int, max_attempts: int, max_inflight: int,
+                 max_inflight_bytes: int) -> None:
+        self._b = broker
+        self.group = group
+        self.topics = topics
+        self.invisible_ms = invisible_ms
+        self.max_attempts = max_attempts
+        self.max_inflight = max_inflight
+        self.max_inflight_bytes = max_inflight_bytes
+        self.closed = False
+        self._lock = threading.Lock()
+        # receipt -> (invisible deadline, size); the bytes total alongside
+        self._held: dict[bytes, tuple[int, int]] = {}
+        self._held_bytes = 0
+        # shard -> news generation; shards not here have nothing ready for us
+        self._dirty: dict[int, int] = dict.fromkeys(range(len(broker.bases)), 0)
+        self._gen = 0
+        self._backlog = False  # plan pulls from a peek while messages pile up
+
+    def _check(self) -> None:
+        if self.closed:
+            raise BrokerClosed(f"consumer of group {self.group!r} is closed")
+        self._b.check_open()
+
+    def mark(self, shards: Iterable[int]) -> None:
+        """Shards that may have news for this consumer (called by the broker)."""
+        with self._lock:
+            self._gen += 1
+            for s in shards:
+                self._dirty[s] = self._gen
+
+    def pull(self, max_messages: int = 32, wait_ms: int = 1000) -> list[ReceivedMessage]:
+        """See :meth:`broker_adapter.base.Consumer.pull`."""
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+            raise InvalidArgument(f"max_messages must be an int >= 1, got {max_messages!r}")
+        if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or wait_ms < 0:
+            raise InvalidArgument(f"wait_ms must be an int >= 0, got {wait_ms!r}")
+        self._check()
+        deadline = time.monotonic() + wait_ms / 1000
+        b = self._b
+        while True:
+            epoch = b.ready_epoch
+            got = self._take(max_messages)
+            if got:
+                return got
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.closed:
+                return got
+            if not b.wait_ready(epoch, min(remaining, RECHECK_S)):
+                self.mark(range(len(b.bases)))  # no news for a while: look everywhere
+            self._check()
+
+    def _expire_held(self, now: int) -> None:
+        for receipt, (deadline, size) in list(self._held.items()):
+            if deadline <= now:
+                del self._held[receipt]
+                self._held_bytes -= size
+
+    def _take(self, max_messages: int) -> list[ReceivedMessage]:
+        b = self._b
+        now = b.now_ms()
+        with self._lock:
+            self._expire_held(now)
+            room = min(max_messages, self.max_inflight - len(self._held))
+            if room <= 0 or self._held_bytes >= self.max_inflight_bytes:
+                return []
+            seen = dict(self._dirty)
+        if not seen:
+            return []
+        shards = sorted(seen)
+        deadline = now + self.invisible_ms
+        bounded = not self._backlog
+        if self._backlog:
+            shares = self._plan(shards, room)
+            if not shares:
+                return []
+        else:
+            # Steady state: claim a share of the room in each shard, in one round trip.
+            # What lies past the end of a full share may be older than another shard's
+            # claims, so only claims up to the earliest full share's last score are kept
+            # (fire order holds across shards); the rest goes back, and the next pulls
+            # plan from a peek until the backlog is gone.
+            shares = dict.fromkeys(shards, max(1, room // len(shards)))
+        with redis_errors("pull"):
+            replies = b.scripts.fan(
+                "claim", [b.due_keys[s] for s in shares], (self.group, deadline, b.retention_ms),
+                [(b.bases[s], n) for s, n in shares.items()])
+        rows: list[tuple[int, int, int, list[Any]]] = []
+        bound = None
+        with self._lock:
+            for (s, share), claimed in zip(shares.items(), replies, strict=True):
+                if not claimed and self._dirty.get(s) == seen[s]:
+                    del self._dirty[s]
+                if bounded and len(claimed) >= share:
+                    self._backlog = True
+                    if bound is None or claimed[-1][9] < bound:
+                        bound = claimed[-1][9]
+                rows.extend((row[9], s, int(row[0]), row) for row in claimed)
+        if not rows:
+            return []
+        rows.sort(key=lambda r: r[:3])
+        keep: list[tuple[int, list[Any]]] = []
+        back: dict[int, list[Any]] = {}
+        total = self._held_bytes
+        for score, s, _n, row in rows:
+            size = len(row[2]) + (len(row[7]) if row[7] else 0)
+            if len(keep) >= room or (bound is not None and score > bound) or (
+                    keep and total + size > self.max_inflight_bytes):
+                back.setdefault(s, []).extend((row[0], row[8], score))
+                continue
+            total += size
+            keep.append((s, row))
+        if back:
+            with redis_errors("pull"):
+                b.scripts.pipeline([("release", b.due_keys[s], (b.bases[s], self.group, *triples))
+                                    for s, triples in back.items()])
+            self.mark(back)
+        names = b.topic_names
+        out: list[ReceivedMessage] = []
+        with self._lock:
+            for s, (n, topic, body, due, born, key, tags, props, att, _score) in keep:
+                receipt = b"%d|%s|%d" % (s, n, att)
+                size = len(body) + (len(props) if props else 0)
+                self._held[receipt] = (deadline, size)
+                self._held_bytes += size
+                tname = names.get(topic) or names.setdefault(topic, topic.decode())
+                out.append(ReceivedMessage(
+                    f"{s}-{n.decode()}", tname, body, due, born, att, receipt, _text(key),
+                    _text(tags), json.loads(props) if props else NO_PROPERTIES))
+        for s in {s for s, _ in keep}:
+            b.firer.note_deadline(s, deadline)
+        return out
+
+    def _plan(self, shards: list[int], room: int) -> dict[int, int]:
+        """How many to claim in each shard so the pull takes the oldest ready messages
+        across shards within its limits (from a peek); ends backlog mode when the
+        peek shows less than a full pull."""
+        b = self._b
+        with redis_errors("pull"):
+            peeks = b.scripts.fan("peek", [b.due_keys[s] for s in shards], (self.group, room),
+                                  [(b.bases[s],) for s in shards])
+        heads = sorted((score, s, i, size) for s, rows in zip(shards, peeks, strict=True)
+                       for i, (score, size) in enumerate(rows))
+        if len(heads) < room:
+            self._backlog = False
+        shares: dict[int, int] = {}
+        total = self._held_bytes
+        for _score, s, _i, size in heads[:room]:
+            if shares and total + size > self.max_inflight_bytes:
+                break
+            total += size
+            shares[s] = shares.get(s, 0) + 1
+        return shares
+
+    def _settle(self, receipt: bytes) -> tuple[int, bytes, bytes, bool] | None:
+        """Forget a held receipt; ``(shard, n, deliveries, still in flight by what this
+        consumer knows)``, or ``None`` if malformed."""
+        try:
+            shard_b, n, att = receipt.split(b"|")
+            shard = int(shard_b)
+        except (ValueError, AttributeError):
+            return None
+        if not 0 <= shard < len(self._b.bases):
+            return None
+        with self._lock:
+            entry = self._held.pop(receipt, None)
+            full = len(self._held) + 1 >= self.max_inflight or (
+                self._held_bytes >= self.max_inflight_bytes)
+            if entry is not None:
+                self._held_bytes -= entry[1]
+        if entry is not None and full:
+            self._b.notify_ready(())  # a pull may be waiting for room
+        return shard, n, att, entry is not None and entry[0] > self._b.now_ms()
+
+    def ack(self, message: ReceivedMessage) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.ack`."""
+        self._check()
+        parsed = self._settle(message.receipt)
+        if parsed is None:
+            return False
+        s, n, att, held = parsed
+        b = self._b
+        if held:  # ours and visible to nobody else: answer now, write in the next batch
+            b.acks.add(s, self.group, n, att)
+            return True
+        with redis_errors("ack"):
+            b.acks.flush()
+            return bool(b.scripts.call("ack", b.due_keys[s], (b.bases[s], self.group, n, att)))
+
+    def nack(
+        self, message: ReceivedMessage, delay_ms: int | None = None, reason: str | None = None
+    ) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.nack`."""
+        if delay_ms is not None and (
+            isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0
+        ):
+            raise InvalidArgument(f"delay_ms must be an int >= 0 or None, got {delay_ms!r}")
+        self._check()
+        return self._give_back(message.receipt, delay_ms, reason, dead=False)
+
+    def dead_letter(self, message: ReceivedMessage, reason: str) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.dead_letter`."""
+        self._check()
+        return self._give_back(message.receipt, None, reason, dead=True)
+
+    def _give_back(self, receipt: bytes, delay_ms: int | None, reason: str | None,
+                   dead: bool) -> bool:
+        parsed = self._settle(receipt)
+        if parsed is None:
+            return False
+        s, n, att, _held = parsed
+        b = self._b
+        if delay_ms is None:
+            delay_ms = retry_backoff_ms(int(att))
+        now = b.now_ms()
+        args = (b.bases[s], self.group, n, att, now, delay_ms, self.max_attempts,
+                (reason or "")[:4096], 1 if dead else 0, b.wake_channel, s, b.retention_ms)
+        with redis_errors("nack"):
+            b.acks.flush()
+            outcome = b.scripts.call("nack", b.due_keys[s], args)
+        if outcome == 1:
+            b.firer.note_due(s, now + delay_ms)
+        elif outcome == 2:
+            b.announce_ready([s])
+        return bool(outcome)
+
+    def close(self) -> None:
+        """See :meth:`broker_adapter.base.Consumer.close`."""
+        if self.closed:
+            return
+        self.closed = True
+        b = self._b
+        b.forget(self)
+        if b.closed:
+            return
+        with self._lock:
+            held = list(self._held)
+        for receipt in held:
+            try:
+                self._give_back(receipt, 0, "consumer closed", dead=False)
+            except Exception:  # closing must not fail; invisible time brings them back
+                b.log.warning("could not release %r of group %s", receipt, self.group,
+                              exc_info=True)
+
+    def __repr__(self) -> str:
+        return f"<RedisConsumer group={self.group!r} topics={self.topics!r}>"

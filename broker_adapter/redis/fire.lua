@@ -1,0 +1,110 @@
+-- fire.lua: fire due messages (due -> ready of each group) and put in-flight messages
+-- whose invisible time passed back to ready, in each shard given. On Redis Cluster it
+-- is called with ONE shard (one slot); on a single instance with every shard of the
+-- pass at once. Atomic per shard: any number of firing
+-- processes may run it at once; each entry fires exactly once, and a process that dies
+-- before or after the call loses nothing (the state is all in Redis).
+--
+-- Keys (B = a shard base from ARGV, all of one shard in its slot):
+--   B.."due"             zset  entries with score <= now are removed      (read, written)
+--   B.."m:<n>", "b:<n>"  hash  s -> F, G<group> -> R<k>; both TTL retention (written)
+--   B.."subs:<topic>"    set   groups reading the topic                   (read)
+--   B.."groups"          set   groups of this shard                       (read)
+--   B.."log:<topic>"     zset  fired messages, trimmed to retention        (written)
+--   B.."rdy:<group>"     zset  + fired / expired messages                 (written)
+--   B.."inf:<group>"     zset  - expired deliveries                       (read, written)
+--   B.."stat"            hash  p|, f|, r|, i| counters                    (written)
+-- ARGV: [1] now ms, [2] max entries per shard, [3] retention ms, [4] ready channel,
+--       [5] origin; then pairs [shard base, shard number]. "<origin>:<shard>" is
+--       published on the ready channel for each shard where anything moved.
+-- Returns msgpack array, per shard, of {fired + redelivered, next due or -1, next
+-- invisible deadline or -1, more (0/1)}.
+local now, limit, retention = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local function fire(base, shard)
+local due_key = base .. 'due'
+local items = redis.call('ZRANGEBYSCORE', due_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local cnt = {}
+local function add(f, d) cnt[f] = (cnt[f] or 0) + d end
+local subs_of, touched, members = {}, {}, {}
+local moved = 0
+for i = 1, #items, 2 do
+  local member, score = items[i], items[i + 1]
+  members[#members + 1] = member
+  local bar = string.find(member, '|', 1, true)
+  if bar then -- one group's retry
+    local n, g = string.sub(member, 1, bar - 1), string.sub(member, bar + 1)
+    local mk = base .. 'm:' .. n
+    local gs = redis.call('HGET', mk, 'G' .. g)
+    if gs and string.sub(gs, 1, 1) == 'P' then
+      redis.call('HSET', mk, 'G' .. g, 'R' .. string.sub(gs, 2))
+      redis.call('ZADD', base .. 'rdy:' .. g, score, n)
+      local rt = '%RETRY%' .. g
+      add('p|' .. rt, -1); add('f|' .. rt, 1); add('r|' .. g .. '|' .. rt, 1)
+      moved = moved + 1
+    end
+  else
+    local mk = base .. 'm:' .. member
+    local topic = redis.call('HGET', mk, 't')
+    if topic then
+      local subs = subs_of[topic]
+      if not subs then
+        subs = redis.call('SMEMBERS', base .. 'subs:' .. topic)
+        subs_of[topic] = subs
+      end
+      local h = {'s', 'F'}
+      for _, g in ipairs(subs) do
+        h[#h + 1] = 'G' .. g; h[#h + 1] = 'R0'
+        redis.call('ZADD', base .. 'rdy:' .. g, score, member)
+        add('r|' .. g .. '|' .. topic, 1)
+      end
+      redis.call('HSET', mk, unpack(h))
+      redis.call('PEXPIRE', mk, retention)
+      redis.call('PEXPIRE', base .. 'b:' .. member, retention)
+      redis.call('ZADD', base .. 'log:' .. topic, score, member)
+      add('p|' .. topic, -1); add('f|' .. topic, 1)
+      touched[topic] = true
+      moved = moved + 1
+    end
+  end
+end
+for i = 1, #members, 1000 do
+  redis.call('ZREM', due_key, unpack(members, i, math.min(i + 999, #members)))
+end
+for topic, _ in pairs(touched) do
+  redis.call('ZREMRANGEBYSCORE', base .. 'log:' .. topic, '-inf', '(' .. (now - tonumber(retention)))
+end
+-- invisible time: expired deliveries go back to ready, deliveries count stays
+local next_deadline = -1
+for _, g in ipairs(redis.call('SMEMBERS', base .. 'groups')) do
+  local inf = base .. 'inf:' .. g
+  local expired = redis.call('ZRANGEBYSCORE', inf, '-inf', now, 'LIMIT', 0, limit)
+  for _, n in ipairs(expired) do
+    redis.call('ZREM', inf, n)
+    local mk = base .. 'm:' .. n
+    local v = redis.call('HMGET', mk, 'G' .. g, 'C' .. g, 't')
+    if v[1] and string.sub(v[1], 1, 1) == 'I' then
+      redis.call('HSET', mk, 'G' .. g, 'R' .. string.sub(v[1], 2))
+      redis.call('ZADD', base .. 'rdy:' .. g, now, n)
+      local ct = v[2] or v[3]
+      add('i|' .. g .. '|' .. ct, -1); add('r|' .. g .. '|' .. ct, 1)
+      moved = moved + 1
+    end
+  end
+  local h = redis.call('ZRANGE', inf, 0, 0, 'WITHSCORES')
+  if h[2] then
+    local d = tonumber(h[2])
+    if next_deadline < 0 or d < next_deadline then next_deadline = d end
+  end
+end
+for f, d in pairs(cnt) do
+  if d ~= 0 then redis.call('HINCRBY', base .. 'stat', f, d) end
+end
+if moved > 0 then redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. shard) end
+local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
+local more = 0
+if #items / 2 >= limit then more = 1 end
+return {moved, head[2] and tonumber(head[2]) or -1, next_deadline, more}
+end
+local results = {}
+for i = 6, #ARGV, 2 do results[#results + 1] = fire(ARGV[i], ARGV[i + 1]) end
+return cmsgpack.pack(results)

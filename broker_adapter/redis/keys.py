@@ -1,0 +1,110 @@
+"""The Redis keyspace of :class:`~broker_adapter.redis.broker.RedisBroker`.
+
+Everything lives under ``<prefix>:{<tag>}:`` where ``<tag>`` names one of the
+``N`` *shards* (default 12). A shard's keys share one hash tag, so in Redis
+Cluster every shard sits in one slot and every script touches one slot only.
+Tags are chosen so shard ``i`` falls in the ``i``-th of ``N`` equal slot bands:
+on a cluster made by ``redis-cli --cluster create`` (equal slot ranges) the
+shards spread evenly over the masters. Per shard (``B`` = ``<prefix>:{<tag>}:``)::
+
+    B due            zset   member "<n>" (first fire) or "<n>|<group>" (a group's retry),
+                            score = due time (epoch ms): the shard's timing wheel
+    B n              string counter: the last message number handed out in this shard
+    B b:<n>          string one message's body (apart, so the hash stays a small listpack)
+    B m:<n>          hash   one message: t topic, d due, o born, s state
+                            (P pending, F fired, X aborted), k key, g tags, p props (JSON);
+                            per group: G<group> = "<R|I|P|D|X><deliveries>" (ready,
+                            in flight, pending retry, dead, done), C<group> = the topic it
+                            counts under when not ``t`` (retry/DLQ topic), E<group> = last
+                            error. Fired and aborted messages expire after ``retention_ms``.
+    B keys           hash   "<topic>\\0<key>" -> "<n>|<asked due ms>": the key index
+    B groups         set    consumer groups with state in this shard
+    B subs:<topic>   set    groups reading <topic>
+    B log:<topic>    zset   fired messages of <topic> (score = due), kept ``retention_ms``
+                            by broker time, so a new group starts at the oldest retained one
+    B rdy:<group>    zset   fired, not yet pulled by <group> (score = due: fire order)
+    B inf:<group>    zset   pulled by <group>, not acked (score = invisible-time deadline)
+    B stat           hash   counters: "p|<topic>" pending, "f|<topic>" fired,
+                            "r|<group>|<topic>" ready, "i|<group>|<topic>" in flight,
+                            "a|<group>" acked, "d|<group>" dead
+
+Keyed messages go to shard ``crc32(topic NUL key) mod N`` (so the key index
+and the message share a slot); others rotate over the shards. A message id is
+``"<shard>-<n>"``. Pub/sub channels (not keys): ``<prefix>:wake`` carries
+``"<shard>:<due ms>"`` when a send makes a shard's head earlier (firing
+processes wake up), ``<prefix>:ready`` carries ``"<shard>,<shard>..."`` after a
+fire (consumers wake up), prefixed by ``"<origin>:"`` (the broker instance that
+fired, which skips its own news).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from functools import lru_cache
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+#: Default prefix of every key and channel.
+DEFAULT_PREFIX = "cq"
+#: Default number of due-index shards (divides evenly over 1, 2, 3, 4 or 6 masters).
+DEFAULT_SHARDS = 12
+MAX_SHARDS = 1024
+
+DUE = "due"
+COUNTER = "n"
+MESSAGE = "m:"
+BODY = "b:"
+KEYS = "keys"
+GROUPS = "groups"
+SUBS = "subs:"
+LOG = "log:"
+READY = "rdy:"
+INFLIGHT = "inf:"
+STAT = "stat"
+WAKE_CHANNEL = "wake"
+READY_CHANNEL = "ready"
+
+_ID = re.compile(r"(\d{1,4})-([1-9]\d{0,15})")
+
+
+@lru_cache(maxsize=64)
+def shard_tags(count: int) -> tuple[str, ...]:
+    """Hash tags for ``count`` shards; tag ``i`` hashes into slot band ``i`` of ``count``."""
+    band = REDIS_CLUSTER_HASH_SLOTS / count
+    tags: list[str] = []
+    for i in range(count):
+        lo, hi = int(i * band), int((i + 1) * band)
+        j = 0
+        while True:  # bounded: about 16384 / band tries on average
+            tag = f"s{i}.{j}"
+            if lo <= key_slot(tag.encode()) < hi:
+                tags.append(tag)
+                break
+            j += 1
+    return tuple(tags)
+
+
+def shard_bases(prefix: str, count: int) -> tuple[str, ...]:
+    """The key base ``<prefix>:{<tag>}:`` of each shard."""
+    return tuple(f"{prefix}:{{{tag}}}:" for tag in shard_tags(count))
+
+
+def key_shard(topic: str, key: str, count: int) -> int:
+    """The shard of a keyed message (its key index lives there too)."""
+    return zlib.crc32(f"{topic}\0{key}".encode()) % count
+
+
+def make_id(shard: int, n: int | str) -> str:
+    """The message id of message number ``n`` of ``shard``."""
+    return f"{shard}-{n}"
+
+
+def parse_id(msg_id: object, count: int) -> tuple[int, str] | None:
+    """``(shard, n)`` of a well-formed id, else ``None``."""
+    if not isinstance(msg_id, str):
+        return None
+    m = _ID.fullmatch(msg_id)
+    if m is None or int(m.group(1)) >= count:
+        return None
+    return int(m.group(1)), m.group(2)

@@ -1,0 +1,120 @@
+"""Lua scripts of the Redis broker: loading, calling, pipelining, error mapping.
+
+Each ``*.lua`` file next to this module is one atomic step; its header documents
+the keys it touches. Scripts are called with ``EVALSHA`` and one key (the shard's
+due index, so Redis Cluster routes the call to the shard's slot); a Redis that
+lost its script cache (restart, failover, new node) gets them loaded again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any
+
+import msgpack
+from redis.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from broker_adapter.errors import BrokerError, ConnectionFailed
+
+log = logging.getLogger("chronoq.broker_adapter.RedisScripts")
+log.addHandler(logging.NullHandler())
+
+NAMES = ("send", "fire", "peek", "claim", "release", "ack", "nack", "abort", "register", "pending")
+
+#: One script call: (script name, the shard's due key, arguments).
+Call = tuple[str, str, Sequence[Any]]
+
+
+def _source(name: str) -> str:
+    return resources.files("broker_adapter.redis").joinpath(f"{name}.lua").read_text()
+
+
+SOURCES: dict[str, str] = {name: _source(name) for name in NAMES}
+SHAS: dict[str, str] = {n: hashlib.sha1(s.encode()).hexdigest() for n, s in SOURCES.items()}
+
+
+@contextmanager
+def redis_errors(what: str) -> Iterator[None]:
+    """Turn redis-py errors into chronoq's: ``ConnectionFailed`` or ``BrokerError``."""
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError) as e:
+        raise ConnectionFailed(f"Redis unreachable during {what}: {e}; check that it runs") from e
+    except RedisError as e:
+        raise BrokerError(f"Redis refused {what}: {e}") from e
+
+
+class Scripts:
+    """Calls the broker's Lua scripts on one client (``Redis`` or ``RedisCluster``)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        #: On a cluster each call may touch one slot only; on one instance a looping
+        #: script serves every shard in one call.
+        self.cluster = isinstance(client, RedisCluster)
+
+    def load(self) -> None:
+        """Load every script (on every master of a cluster)."""
+        for src in SOURCES.values():
+            self._client.script_load(src)  # RedisCluster sends SCRIPT LOAD to every primary
+
+    def call(self, name: str, key: str, args: Sequence[Any]) -> Any:
+        """Run one script; loads the scripts once if Redis does not know it."""
+        try:
+            return self._client.evalsha(SHAS[name], 1, key, *args)
+        except NoScriptError:
+            self.load()
+            return self._client.evalsha(SHAS[name], 1, key, *args)
+
+    def pipeline(self, calls: Sequence[Call]) -> list[Any]:
+        """Run several scripts in one round trip (one per node on a cluster), in order.
+
+        Not a transaction: each call is atomic on its own shard.
+
+        :raises RedisError: the first error any call raised.
+        """
+        if len(calls) == 1:
+            name, key, args = calls[0]
+            return [self.call(name, key, args)]
+        results = self._run(calls)
+        retry = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+        if retry:
+            self.load()
+            again = self._run([calls[i] for i in retry])
+            for i, r in zip(retry, again, strict=True):
+                results[i] = r
+        for r in results:
+            if isinstance(r, Exception):
+                raise r
+        return results
+
+    def fan(self, name: str, keys: Sequence[str], common: Sequence[Any],
+            per_shard: Sequence[Sequence[Any]]) -> list[Any]:
+        """Run a script that loops over shard argument groups (``fire``, ``claim``):
+        one call on one instance, one call per shard (one pipeline) on a cluster.
+        Returns each shard's result, decoded from the script's msgpack reply.
+
+        :param keys: each shard's due key (routing).
+        :param common: the arguments before the shard groups.
+        :param per_shard: each shard's argument group (all of one length).
+        """
+        if self.cluster:
+            replies = self.pipeline([(name, k, (*common, *p))
+                                     for k, p in zip(keys, per_shard, strict=True)])
+            return [msgpack.unpackb(r, raw=True)[0] for r in replies]
+        flat = [x for p in per_shard for x in p]
+        result: list[Any] = msgpack.unpackb(self.call(name, keys[0], (*common, *flat)), raw=True)
+        return result
+
+    def _run(self, calls: Sequence[Call]) -> list[Any]:
+        pipe = self._client.pipeline(transaction=False)
+        for name, key, args in calls:
+            pipe.execute_command("EVALSHA", SHAS[name], 1, key, *args)
+        return list(pipe.execute(raise_on_error=False))

@@ -1,0 +1,138 @@
+"""A 3-master Redis Cluster on loopback ports: a subset of the conformance suite
+passes on it unchanged, and messages spread evenly over the masters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from broker_adapter.clock import ManualClock
+from broker_adapter.message import Message
+from broker_adapter.redis import RedisBroker
+from broker_adapter.redis import keys as K
+from tests.conformance import test_broker_contract as contract
+from tests.conformance.conftest import Harness
+from tests.conftest import START_MS
+from tests.helpers import pull_until
+from tests.redis_server import RedisClusterProcs
+
+pytestmark = [pytest.mark.external_service, pytest.mark.timeout(180)]
+
+#: Contract tests that take only the harness: sends, keys, aborts, every consumer path.
+SUBSET = [
+    "test_send_returns_ok_with_id_and_due_time",
+    "test_message_is_delivered_at_its_time_with_all_its_fields",
+    "test_sent_messages_are_durable_across_reopen",
+    "test_send_with_a_pending_key_is_a_duplicate_of_the_first",
+    "test_resending_a_fired_occurrence_at_the_same_ms_is_a_duplicate",
+    "test_concurrent_sends_of_one_key_store_exactly_one",
+    "test_send_batch_answers_in_input_order",
+    "test_send_batch_repeated_key_is_a_duplicate_of_the_first",
+    "test_abort_by_key_and_topic_cancels_a_pending_message",
+    "test_abort_by_key_targets_the_pending_message_after_key_reuse",
+    "test_aborted_messages_are_never_delivered_when_racing_the_fire_time",
+    "test_pending_lists_messages_not_yet_due_in_due_time_order",
+    "test_messages_of_a_topic_come_in_fire_order",
+    "test_invisible_time_expiry_redelivers_with_same_id_and_attempts_plus_one",
+    "test_nack_default_backoff_is_10s_then_30s",
+    "test_nack_on_the_last_attempt_makes_the_message_dead",
+    "test_dead_letter_topic_can_be_consumed_by_another_group",
+    "test_members_of_one_group_share_messages_without_overlap",
+    "test_group_created_after_messages_fired_still_gets_them",
+    "test_query_state_is_the_least_finished_group_state",
+    "test_stats_counts_pending_fired_ready_inflight_dead_acked",
+    "test_consumer_close_releases_inflight_messages_at_once",
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterProcs]:
+    procs = RedisClusterProcs(tmp_path_factory.mktemp("cluster"), masters=3)
+    try:
+        yield procs.start()
+    finally:
+        procs.stop()
+
+
+class ClusterFactory:
+    """RedisBrokers on the cluster; ``cleanup`` flushes every master."""
+
+    can_reopen = True
+
+    def __init__(self, cluster: RedisClusterProcs) -> None:
+        self.cluster = cluster
+
+    def open(self, clock: ManualClock) -> RedisBroker:
+        return RedisBroker.from_url(self.cluster.url, clock=clock)
+
+    def cleanup(self) -> None:
+        for node in self.cluster.nodes:
+            client = redis.Redis(host="127.0.0.1", port=node.port)
+            try:
+                client.flushall()
+            finally:
+                client.close()
+
+
+@pytest.fixture
+def cluster_harness(cluster: RedisClusterProcs) -> Iterator[Harness]:
+    factory = ClusterFactory(cluster)
+    factory.cleanup()
+    h = Harness("redis-cluster", factory, ManualClock(START_MS))
+    try:
+        yield h
+    finally:
+        h.close()
+        factory.cleanup()
+
+
+@pytest.mark.parametrize("name", SUBSET)
+def test_contract_subset_on_a_3_master_cluster(cluster_harness: Harness, name: str) -> None:
+    getattr(contract, name)(cluster_harness)
+
+
+def _due_per_master(cluster: RedisClusterProcs, prefix: str) -> list[int]:
+    counts = []
+    for node in cluster.nodes:
+        client = redis.Redis(host="127.0.0.1", port=node.port)
+        try:
+            counts.append(sum(int(client.zcard(k)) for k in client.scan_iter(f"{prefix}:*due")))
+        finally:
+            client.close()
+    return counts
+
+
+def test_shards_and_pending_messages_spread_evenly_over_the_masters(
+    cluster_harness: Harness, cluster: RedisClusterProcs
+) -> None:
+    broker = cluster_harness.broker
+    # Given: each master owns an equal slot range, and the shard tags are slot-banded
+    rc = redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    try:
+        owners = [rc.get_node_from_key(b + K.DUE).port
+                  for b in K.shard_bases("cq", K.DEFAULT_SHARDS)]
+    finally:
+        rc.close()
+    assert sorted(owners.count(n.port) for n in cluster.nodes) == [K.DEFAULT_SHARDS // 3] * 3
+    # When: 6,000 keyless and 3,000 keyed messages are sent
+    for _ in range(30):
+        broker.send_batch([Message("spread", b"x", delay_ms=60_000) for _ in range(200)])
+    broker.send_batch([Message("spread", b"k", key=f"order:{i}", delay_ms=60_000)
+                       for i in range(3_000)])
+    # Then: every master holds about a third, the largest within 1.2x the smallest
+    counts = _due_per_master(cluster, "cq")
+    assert sum(counts) == 9_000
+    assert max(counts) <= 1.2 * min(counts), counts
+    assert broker.stats().topics["spread"].pending == 9_000
+
+
+def test_cluster_delivers_across_every_master(cluster_harness: Harness) -> None:
+    broker = cluster_harness.broker
+    c = broker.consumer("g", ["spread"])
+    ids = {r.msg_id for _ in range(12)
+           for r in broker.send_batch([Message("spread", b"x") for _ in range(50)])}
+    got = pull_until(c, 600, timeout=30, max_messages=100)
+    assert {m.msg_id for m in got} == ids
+    assert {m.msg_id.split("-")[0] for m in got} == {str(s) for s in range(K.DEFAULT_SHARDS)}

@@ -1,0 +1,170 @@
+"""What the contract suite does not see: keyspace layout, wake-ups between
+processes, many firers, script cache loss, URL options."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from broker_adapter import open_broker
+from broker_adapter.clock import ManualClock
+from broker_adapter.message import Message
+from broker_adapter.redis import RedisBroker
+from broker_adapter.redis import keys as K
+from tests.conftest import START_MS
+from tests.helpers import eventually, pull_until
+
+pytestmark = [pytest.mark.external_service, pytest.mark.timeout(120)]
+
+
+@pytest.mark.parametrize("count", [1, 3, 12, 16, 64])
+def test_shard_tags_fall_in_their_own_slot_band(count: int) -> None:
+    tags = K.shard_tags(count)
+    band = 16384 / count
+    assert len(set(tags)) == count
+    for i, tag in enumerate(tags):
+        assert int(i * band) <= key_slot(tag.encode()) < int((i + 1) * band)
+
+
+@pytest.mark.parametrize("bad", ["", "0", "12-1", "-1-1", "1-01", "1-", "a-1", "1-1x", "ü"])
+def test_malformed_ids_do_not_parse(bad: str) -> None:
+    assert K.parse_id(bad, 12) is None
+
+
+def test_every_key_of_a_message_shares_its_shard_slot(redis_url: str) -> None:
+    with RedisBroker.from_url(redis_url, clock=ManualClock(START_MS)) as broker:
+        c = broker.consumer("g", ["t"])
+        r = broker.send(Message("t", b"x", key="order:1"))
+        m = pull_until(c, 1)[0]
+        assert c.nack(m, delay_ms=5_000)
+        client = redis.Redis.from_url(redis_url)
+        try:
+            keys = [k.decode() for k in client.scan_iter("cq:*")]
+        finally:
+            client.close()
+    shard = int(r.msg_id.split("-")[0])
+    base = K.shard_bases("cq", K.DEFAULT_SHARDS)[shard]
+    mine = [k for k in keys if k.startswith(base)]
+    assert {base + "m:" + r.msg_id.split("-")[1], base + "keys", base + "due"} <= set(mine)
+    assert {key_slot(k.encode()) for k in mine} == {key_slot((base + "due").encode())}
+
+
+def test_many_firers_fire_each_message_once(redis_url: str) -> None:
+    clock = ManualClock(START_MS)
+    brokers = [RedisBroker.from_url(redis_url, clock=clock) for _ in range(3)]
+    try:
+        consumer = brokers[0].consumer("g", ["t"])
+        sent = {r.msg_id for r in brokers[1].send_batch(
+            [Message("t", b"%d" % i, delay_ms=1_000 + i % 7) for i in range(3_000)])}
+        clock.advance(2_000)  # all three firers wake at once and race on every shard
+        got = []
+        for _ in range(200):  # ack as we go: a consumer holds at most 1,000 by default
+            batch = consumer.pull(max_messages=500, wait_ms=200)
+            got.extend(batch)
+            for m in batch:
+                assert consumer.ack(m)
+            if len(got) >= 3_000 and not batch:
+                break
+        counts = Counter(m.msg_id for m in got)
+        assert set(counts) == sent and max(counts.values()) == 1
+        assert brokers[2].stats().topics["t"].fired_total == 3_000
+    finally:
+        for b in brokers:
+            b.close()
+
+
+def test_a_send_from_another_process_wakes_the_firer(redis_url: str) -> None:
+    clock = ManualClock(START_MS)
+    with RedisBroker.from_url(redis_url, clock=clock) as firing, \
+            RedisBroker.from_url(redis_url + "?fire=0", clock=clock) as sender:
+        r = sender.send(Message("t", b"x", delay_ms=5_000))
+        shard = int(r.msg_id.split("-")[0])
+        # the firer hears the new earliest due time on the wake channel
+        eventually(lambda: firing.firer._heads[shard] == r.deliver_at_ms,
+                   what="the firer learned the new due time")
+
+
+def test_fired_messages_expire_after_retention_but_pending_ones_never(redis_url: str) -> None:
+    clock = ManualClock(START_MS)
+    with RedisBroker.from_url(redis_url + "?retention_ms=600000", clock=clock) as broker:
+        c = broker.consumer("g", ["t"])
+        later = broker.send(Message("t", b"x", delay_ms=60_000))
+        now = broker.send(Message("t", b"y"))
+        pull_until(c, 1)
+        client = redis.Redis.from_url(redis_url)
+        try:
+            def ttl(msg_id: str) -> int:
+                shard, n = msg_id.split("-")
+                return int(client.pttl(f"{K.shard_bases('cq', 12)[int(shard)]}m:{n}"))
+
+            assert ttl(later.msg_id) == -1
+            assert 0 < ttl(now.msg_id) <= 600_000
+        finally:
+            client.close()
+
+
+def test_lost_script_cache_is_reloaded(redis_url: str) -> None:
+    with RedisBroker.from_url(redis_url, clock=ManualClock(START_MS)) as broker:
+        client = redis.Redis.from_url(redis_url)
+        try:
+            client.script_flush()
+        finally:
+            client.close()
+        results = broker.send_batch([Message("t", b"%d" % i) for i in range(30)])
+        assert len({r.msg_id for r in results}) == 30
+        assert broker.abort(results[0].msg_id).status.name in ("ABORTED", "ALREADY_DELIVERED")
+
+
+def test_url_options_choose_prefix_and_shards(redis_url: str) -> None:
+    broker = open_broker(redis_url + "?prefix=other&shards=4", clock=ManualClock(START_MS))
+    try:
+        assert isinstance(broker, RedisBroker)
+        r = broker.send(Message("t", b"x", delay_ms=1_000))
+        assert int(r.msg_id.split("-")[0]) < 4
+        client = redis.Redis.from_url(redis_url)
+        try:
+            names = {k.decode() for k in client.scan_iter("*")}
+        finally:
+            client.close()
+        assert names and all(n.startswith("other:{") for n in names)
+    finally:
+        broker.close()
+
+
+def test_claims_past_the_limit_go_back_untouched(redis_url: str) -> None:
+    """A pull claims in every shard at once; what it may not hand out (past
+    ``max_messages``) goes back to ready without counting as a delivery."""
+    clock = ManualClock(START_MS)
+    with RedisBroker.from_url(redis_url, clock=clock) as broker:
+        c = broker.consumer("g", ["t"])
+        sent = broker.send_batch([Message("t", b"%d" % i, delay_ms=i) for i in range(24)])
+        assert len({r.msg_id.split("-")[0] for r in sent}) == K.DEFAULT_SHARDS
+        clock.advance(100)
+        eventually(lambda: broker.stats().topics["t"].fired_total == 24, what="all fired")
+        got = []
+        for _ in range(24):
+            one = c.pull(max_messages=1, wait_ms=2_000)
+            assert len(one) == 1
+            got.extend(one)
+            stats = broker.stats().groups["g"]
+            assert (stats.inflight, stats.ready) == (len(got), 24 - len(got))
+        assert [m.msg_id for m in got] == [r.msg_id for r in sent]  # fire (due) order
+        assert {m.attempts for m in got} == {1}
+
+
+def test_rediss_urls_make_tls_clients() -> None:
+    """``rediss://`` is TLS all the way (no connection is made here)."""
+    from redis.connection import SSLConnection
+
+    from broker_adapter.redis.connect import open_client
+
+    client, opts = open_client("rediss://127.0.0.1:6380/2?shards=6&ssl_cert_reqs=none")
+    try:
+        assert client.connection_pool.connection_class is SSLConnection
+        assert client.connection_pool.connection_kwargs["db"] == 2
+        assert opts == {"shards": 6}
+    finally:
+        client.close()
