@@ -2,7 +2,9 @@
 
 ::
 
-    chronoq run examples.order_timeout:app [--exit-when-idle]
+    chronoq run examples.order_timeout:app [--exit-when-idle] [--trace | --trace-dir DIR]
+    chronoq worker --executor spark module:app [--trace]   (a dedicated dispatcher)
+    chronoq report [--trace DIR] [--out DIR] [--bucket S]         (delivery report, Spark)
     chronoq send    [--url URL] --topic T [--key K] [--delay-ms N] (--body TEXT | --job NAME [--args JSON] [--kwargs JSON])
     chronoq abort   [--url URL] (--id ID | --key K --topic T)
     chronoq query   [--url URL] ID
@@ -85,15 +87,43 @@ def _show(args: argparse.Namespace, value: Any, text: str) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from workers.dispatcher import Dispatcher
+    from workers.executors.factory import build_executors, open_trace
+    from workers.routing import dedicated_group
     from workers.runner import run_app
 
     app = load_app(args.target)
     logging.basicConfig(level=args.log_level or app.settings.log_level, format=LOG_FORMAT)
+    names = getattr(args, "executor", None)
+    executors = build_executors(app, names) if names else None
+    trace = open_trace(app, args.trace_dir or ("" if args.trace else None))
+    dispatcher = None
+    if executors is not None or trace is not None:
+        group = dedicated_group(app.settings.group, names) if names else None
+        dispatcher = Dispatcher(
+            app, group=group, executors=executors, drain_timeout_s=args.drain_timeout, trace=trace
+        )
     try:
-        run_app(app, exit_when_idle=args.exit_when_idle, drain_timeout_s=args.drain_timeout)
+        run_app(
+            app,
+            exit_when_idle=args.exit_when_idle,
+            drain_timeout_s=args.drain_timeout,
+            dispatcher=dispatcher,
+        )
     finally:
+        for executor in (executors or {}).values():
+            executor.shutdown(wait=False)
+        if trace is not None:
+            trace.close()
         app.close()
     return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    # spark_tasks builds on workers: imported lazily, only for this command.
+    from spark_tasks.pipelines.delivery_report import main as report_main
+
+    return report_main(args)
 
 
 def _cmd_send(args: argparse.Namespace, broker: BrokerAdapter) -> int:
@@ -178,6 +208,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds running jobs get to finish on SIGTERM (default 30)",
     )
     run.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    worker = sub.add_parser(
+        "worker",
+        help="run a dispatcher with chosen executors, e.g. --executor spark",
+        parents=[run],
+        add_help=False,
+        conflict_handler="resolve",
+    )
+    worker.add_argument(
+        "--executor",
+        action="append",
+        required=True,
+        help="an executor this dispatcher has: local, spark (repeatable); a spark-only "
+        "worker joins group <group>.spark and runs only the Spark jobs",
+    )
+    for p in (run, worker):
+        p.add_argument(
+            "--trace", action="store_true", help="record the delivery trace in <data dir>/trace"
+        )
+        p.add_argument("--trace-dir", metavar="DIR", help="record the delivery trace in DIR")
+    report = sub.add_parser("report", help="delivery report over a delivery trace (Spark)")
+    report.add_argument("--trace", metavar="DIR", help="trace directory (default: from --url)")
+    report.add_argument(
+        "--url",
+        default=os.environ.get("CHRONOQ_BROKER_URL") or DEFAULT_BROKER_URL,
+        help="broker URL whose data dir holds the trace (default: $CHRONOQ_BROKER_URL)",
+    )
+    report.add_argument("--out", default="chronoq-report", metavar="DIR", help="output dir")
+    report.add_argument("--bucket", type=int, default=60, metavar="S", help="bucket seconds")
+    report.add_argument("--master", help="Spark master (default: $CHRONOQ_SPARK_MASTER)")
+    from broker_adapter.server.cli import add_serve_parser  # msgpack etc. only for the CLI
+
+    broker = sub.add_parser("broker", help="the built-in broker as a server for many processes")
+    add_serve_parser(broker.add_subparsers(dest="broker_command", required=True))
     ops: dict[str, argparse.ArgumentParser] = {}
     for name, what in (
         ("send", "send a message"),
@@ -218,8 +281,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        if args.command == "run":
+        if args.command in ("run", "worker"):
             return _cmd_run(args)
+        if args.command == "report":
+            return _cmd_report(args)
+        if args.command == "broker":
+            return int(args.func(args))
         with open_broker(args.url) as broker:
             return _OPS[args.command](args, broker)
     except ChronoqError as e:

@@ -12,6 +12,9 @@ loop does nothing per message but decode and submit:
 * any other exception, or the last attempt: ``dead_letter`` with the error
   (``"ValueError: boom (attempt 3 of 3)"``), shown by ``broker.query(msg_id).error``;
 * an unknown job or an undecodable body: ``dead_letter`` with that reason;
+* :class:`~workers.executors.base.JobNotStarted` (the executor could not start
+  the job, e.g. its Celery broker is down): ``nack`` with the backoff, whatever
+  ``retry_on`` says;
 * over ``spec.timeout`` (counted from the body's start): failed as above with
   :class:`~workers.context.JobTimeout`, and the job's cancel event is set (see
   :mod:`workers.context`; threads cannot be killed, so a stuck job keeps its
@@ -36,7 +39,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import Future
 from functools import partial
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from broker_adapter.base import DEFAULT_INVISIBLE_MS, Consumer
 from broker_adapter.clock import Clock, SystemClock
@@ -46,10 +49,14 @@ from scheduler.errors import JobNotFound
 from scheduler.jobcall import JobCall
 from scheduler.spec import CRON_KEY_PREFIX, parse_cron_key
 from workers.context import JobContext, JobTimeout, reset_current, set_current
-from workers.executors.base import Executor
+from workers.executors.base import Executor, JobNotStarted, registered_executors
 from workers.executors.local import LocalExecutor
 from workers.outcomes import Settler, describe_error, log_run
+from workers.routing import skip_reason, topics_for
 from workers.runs import App, CronGate, Run
+
+if TYPE_CHECKING:
+    from workers.trace import DeliveryTrace
 
 
 def _wall_ms() -> float:
@@ -62,13 +69,18 @@ class Dispatcher:
     :param app: the :class:`scheduler.Scheduler` (or anything shaped like :class:`App`).
     :param group: the consumer group; ``app.settings.group`` by default.
     :param executors: executor name to :class:`Executor`; by default ``{"local":
-        LocalExecutor(app.settings.max_workers)}``, owned (and shut down) by the dispatcher.
+        LocalExecutor(app.settings.max_workers)}`` plus those registered for the app
+        (:func:`~workers.executors.base.register_executor`, e.g. ``"celery"``), owned
+        (and shut down) by the dispatcher.
     :param prefetch: messages held beyond the workers; ``app.settings.prefetch`` by default.
     :param clock: the clock for lateness and cron; ``app.clock`` by default.
     :param invisible_ms: how long a pulled message stays invisible to the group;
         by default 60 s, or twice the longest job timeout plus 10 s if more.
     :param drain_timeout_s: on stop, how long running jobs may take to finish
         before their messages are released for redelivery.
+    :param trace: where to record each delivery (:mod:`workers.trace`); ``None``: off.
+        Which topics it joins and which jobs it leaves to another group follow
+        :mod:`workers.routing` (Spark jobs run in their own dispatcher).
     """
 
     def __init__(
@@ -81,6 +93,7 @@ class Dispatcher:
         clock: Clock | None = None,
         invisible_ms: int | None = None,
         drain_timeout_s: float = 30.0,
+        trace: DeliveryTrace | None = None,
     ) -> None:
         settings = app.settings
         self.app = app
@@ -89,13 +102,16 @@ class Dispatcher:
         self.prefetch = settings.prefetch if prefetch is None else prefetch
         self._own_executors = executors is None
         self.executors: dict[str, Executor] = (
-            {"local": LocalExecutor(settings.max_workers)} if executors is None else dict(executors)
+            {"local": LocalExecutor(settings.max_workers), **registered_executors(app)}
+            if executors is None
+            else dict(executors)
         )
         self.capacity = self.prefetch + settings.max_workers
         self.clock = clock or app.clock
         self._clock_ms = _wall_ms if isinstance(self.clock, SystemClock) else self.clock.now_ms
         self.invisible_ms = invisible_ms
         self.drain_timeout_s = drain_timeout_s
+        self._trace = trace
         self._log = logging.getLogger("chronoq.workers.Dispatcher")
         self._consumer: Consumer | None = None
         self._topics: list[str] = []
@@ -117,7 +133,7 @@ class Dispatcher:
         """Join the consumer group (done by the run methods; idempotent)."""
         if self._consumer is None:
             specs = list(self.registry)
-            self._topics = sorted(self.app.topics() or {self.app.settings.topic})
+            self._topics = topics_for(self.registry, self.app.settings.topic, self.executors)
             longest = max((s.timeout or 0.0 for s in specs), default=0.0)
             invisible = self.invisible_ms or max(DEFAULT_INVISIBLE_MS, int(longest * 2000) + 10_000)
             self._consumer = self.app.broker.consumer(
@@ -245,6 +261,8 @@ class Dispatcher:
                 return -1
         assert self._consumer is not None
         msgs = self._consumer.pull(room, wait_ms)
+        if self._trace is not None and msgs:
+            self._trace.received(msgs, self._clock_ms())
         for m in msgs:
             self._dispatch(m)
         return len(msgs)
@@ -266,8 +284,10 @@ class Dispatcher:
         key = m.key
         if key is not None and key.startswith(CRON_KEY_PREFIX):
             parsed = parse_cron_key(key)
-            if parsed is not None and self._crons.find(parsed[0]) is not None:
-                self._dispatch_cron(m, *parsed)
+            cron = None if parsed is None else self._crons.find(parsed[0])
+            if parsed is not None and cron is not None:
+                if not self._skipped(m, cron.job.executor, cron.name):
+                    self._dispatch_cron(m, *parsed)
                 return
         try:
             call = JobCall.decode(m.body)
@@ -277,6 +297,8 @@ class Dispatcher:
         spec = self.registry.find(call.name)
         if spec is None:
             self._dead_now(m, f"unknown job: {JobNotFound(call.name, self.registry.names())}")
+            return
+        if self._skipped(m, spec.executor, spec.name):
             return
         run = Run(m, spec, call)
         with self._cv:
@@ -322,6 +344,8 @@ class Dispatcher:
             if spec.timeout is not None:
                 self._timed.add(run)
         executor = self.executors.get(spec.executor)
+        if self._trace is not None:
+            self._trace.dispatched(run.message, self._clock_ms())
         token = set_current(job)
         try:
             if executor is None:
@@ -384,6 +408,8 @@ class Dispatcher:
     def _fail(self, run: Run, exc: BaseException) -> str:
         m, spec = run.message, run.spec
         reason = describe_error(exc)
+        if isinstance(exc, JobNotStarted):  # never ran (e.g. Celery broker down): retry
+            return self._settle(run, "retry", reason, spec.retry.backoff_ms(m.attempts))
         if run.cron is not None:
             return self._settle(run, "dead", f"{reason} (cron runs are not retried)")
         if not isinstance(exc, spec.retry.retry_on):
@@ -396,10 +422,30 @@ class Dispatcher:
 
     def _settle(self, run: Run, how: str, reason: str, delay_ms: int = 0) -> str:
         assert self._settler is not None
+        if self._trace is not None:
+            started = None if run.job is None else run.job.started_ms
+            self._trace.finished(
+                run.message, run.spec.name, self.group, how, reason, started, self._clock_ms()
+            )
         return self._settler.settle(run.message, how, reason, delay_ms)
+
+    def _skipped(self, m: ReceivedMessage, executor: str, name: str) -> bool:
+        """Ack (in this group) a job that another dispatcher runs; see :mod:`workers.routing`."""
+        why = skip_reason(executor, self.executors)
+        if why is None:
+            return False
+        assert self._settler is not None
+        if self._trace is not None:
+            self._trace.finished(m, name, self.group, "skip", why, None, self._clock_ms())
+        self._settler.ack(m)
+        self._count()
+        self._log.debug("job %s msg=%s skipped in group %s: %s", name, m.msg_id, self.group, why)
+        return True
 
     def _dead_now(self, m: ReceivedMessage, reason: str) -> None:
         assert self._settler is not None
+        if self._trace is not None:
+            self._trace.finished(m, None, self.group, "dead", reason, None, self._clock_ms())
         self._settler.settle(m, "dead", reason, 0)
         self._count()
         self._log.error("msg=%s dead-lettered: %s", m.msg_id, reason)

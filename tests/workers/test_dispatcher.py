@@ -169,8 +169,9 @@ def test_current_job_outside_a_job() -> None:
 
 
 def test_job_on_a_missing_executor_fails_per_retry_policy(app: Scheduler) -> None:
-    @app.job(executor="spark", max_attempts=1)
-    def report(spark: object) -> None:
+    # (Spark jobs are left to their dedicated worker instead: tests/spark/test_routing.py)
+    @app.job(executor="celery", max_attempts=1)
+    def report() -> None:
         raise AssertionError("never runs here")
 
     handle = report.schedule()
@@ -178,7 +179,7 @@ def test_job_on_a_missing_executor_fails_per_retry_policy(app: Scheduler) -> Non
         assert dispatcher.run_until_idle() == 1
     view = app.broker.query(handle.msg_id)
     assert view is not None and view.state is MessageState.DEAD
-    assert view.error is not None and "no 'spark' executor" in view.error
+    assert view.error is not None and "no 'celery' executor" in view.error
 
 
 def test_two_dispatchers_on_one_broker_run_each_message_once(

@@ -13,9 +13,12 @@ so the job sees :func:`workers.current_job` and its start time is recorded.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol, runtime_checkable
 
+from broker_adapter.errors import ChronoqError
 from broker_adapter.results import ReceivedMessage
 from scheduler.jobcall import JobCall
 from scheduler.spec import JobSpec
@@ -41,4 +44,37 @@ class Executor(Protocol):
         ...
 
 
-__all__ = ["Executor"]
+class JobNotStarted(ChronoqError):
+    """An executor could not start the job at all (e.g. its Celery broker is down).
+
+    The dispatcher nacks the message with the job's backoff whatever
+    ``retry_on`` says: the job never ran, so nothing is lost and nothing ran twice.
+
+    :param msg_id: the message whose job did not start.
+    :param why: what went wrong.
+    """
+
+    def __init__(self, msg_id: str, why: str) -> None:
+        self.msg_id = msg_id
+        self.why = why
+        super().__init__(f"job of msg {msg_id} not started: {why}")
+
+
+_APP_EXECUTORS: weakref.WeakKeyDictionary[Any, dict[str, Callable[[], Executor]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def register_executor(app: Any, name: str, factory: Callable[[], Executor]) -> None:
+    """Give every dispatcher built for ``app`` with default executors an executor
+    ``name`` made by ``factory`` (e.g. :func:`workers.celery_app.install` registers
+    ``"celery"``), so ``chronoq run module:app`` needs no extra option."""
+    _APP_EXECUTORS.setdefault(app, {})[name] = factory
+
+
+def registered_executors(app: Any) -> dict[str, Executor]:
+    """New executors from the factories registered for ``app`` (none: ``{}``)."""
+    return {name: make() for name, make in _APP_EXECUTORS.get(app, {}).items()}
+
+
+__all__ = ["Executor", "JobNotStarted", "register_executor", "registered_executors"]

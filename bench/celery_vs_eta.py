@@ -1,0 +1,380 @@
+"""chronoq + CeleryExecutor against Celery's own ``apply_async(countdown=...)``.
+
+N jobs due uniformly 5-35 s after scheduling starts, on the same Redis and the
+same Celery worker command (``--pool=threads -c 4``, a fresh worker per path),
+once scheduled through chronoq (embedded broker; the dispatcher publishes each
+job when due) and once through Celery's ETA::
+
+    .venv/bin/python bench/celery_vs_eta.py                 # N = 20,000
+    .venv/bin/python bench/celery_vs_eta.py --n 100000
+    .venv/bin/python bench/celery_vs_eta.py --n 2000,20000 --only chronoq   # RSS flat in N?
+
+Printed per path: schedule throughput (one call per job), lateness at task
+start (start in the worker minus the asked-for due time) P50/P99/P99.9/max,
+the worker's own peak RSS (``VmHWM`` of the worker process), lost and
+duplicated runs (every run pushes its job number to a Redis list); then the
+ratios chronoq / Celery ETA. A redis-server is started on a free loopback port
+unless ``--redis-url`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.stats import mb, ms, num, percentiles, proc_status
+from scheduler.scheduler import Scheduler
+from workers import Dispatcher
+from workers.celery_app import celery_app_for
+
+# The worker logs two INFO lines per task ("received", "succeeded"): at hundreds of
+# tasks a second that costs it more than the task; keep its INFO start-up lines.
+for _name in ("celery.app.trace", "celery.worker.strategy"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+RUNS = "bench:runs"
+URL_ENV = "BENCH_CELERY_URL"
+EXEC_OPTS: dict[str, Any] = {}
+_clients: dict[str, redis.Redis] = {}
+
+
+def _hit(path: str, i: int, due_ms: float) -> None:
+    """The task body of both paths: record ``path,i,start_ms,due_ms``."""
+    start = time.time() * 1000
+    url = os.environ[URL_ENV]
+    client = _clients.get(url)
+    if client is None:
+        client = _clients[url] = redis.Redis.from_url(url)
+    client.rpush(RUNS, f"{path},{i},{start:.3f},{due_ms:.3f}")
+
+
+def define(scheduler: Scheduler) -> None:
+    """The chronoq job (run on the worker through the generic task)."""
+
+    @scheduler.job(name="bench.hit", executor="celery")
+    def hit(i: int, due_ms: float) -> None:
+        _hit("chronoq", i, due_ms)
+
+
+scheduler = Scheduler("rocksdb://./unused-by-the-worker")
+define(scheduler)
+app = celery_app_for(
+    scheduler,
+    os.environ.get(URL_ENV),
+    worker_hijack_root_logger=False,
+    task_track_started=os.environ.get("BENCH_TRACK_STARTED", "1") == "1",
+)
+
+
+@app.task(name="bench.hit_eta")  # type: ignore[untyped-decorator]
+def hit_eta(i: int, due_ms: float) -> None:
+    """The Celery-ETA path's task: the same body."""
+    _hit("eta", i, due_ms)
+
+
+# -- the driver -----------------------------------------------------------------------------
+
+
+def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server not installed (apt-get install redis-server)")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    client = redis.Redis(port=port)
+    for _ in range(200):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.02)
+    client.close()
+    return proc, f"redis://127.0.0.1:{port}/0"
+
+
+class Worker:
+    """``celery -A bench.celery_vs_eta worker`` as a subprocess."""
+
+    def __init__(self, url: str, concurrency: int, pool: str = "threads") -> None:
+        env = dict(os.environ, **{URL_ENV: url, "PYTHONPATH": str(ROOT)})
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("celery")), "-A", "bench.celery_vs_eta", "worker",
+             f"--pool={pool}", "-c", str(concurrency), "--loglevel=INFO", "--without-gossip",
+             "--without-mingle", "--without-heartbeat"],
+            cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        ready = threading.Event()
+        self.tail: list[str] = []
+
+        def read() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.tail = (self.tail + [line])[-20:]
+                if " ready." in line:
+                    ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(60):
+            self.stop()
+            raise SystemExit("celery worker not ready:\n" + "".join(self.tail))
+        self.idle_rss = proc_status(self.proc.pid).get("VmRSS", 0)
+
+    def peak_rss(self) -> int:
+        """``VmHWM`` of the worker process (plus its children's, for ``prefork``)."""
+        pids = [self.proc.pid]
+        try:
+            for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+                pids += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+        return sum(proc_status(pid).get("VmHWM", 0) for pid in pids)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _dues(n: int, t0_ms: float, seed: int) -> list[float]:
+    rnd = random.Random(seed)
+    return [t0_ms + 5000 + rnd.random() * 30000 for _ in range(n)]
+
+
+def _collect(url: str, path: str, n: int, last_due_ms: float, patience_s: float) -> list[str]:
+    """Wait for all ``n`` runs (or ``patience_s`` after the last due time with no progress)."""
+    client = redis.Redis.from_url(url)
+    seen, stall_since = -1, time.monotonic()
+    while True:
+        count = client.llen(RUNS)
+        now = time.monotonic()
+        if count != seen:
+            seen, stall_since = count, now
+        past_due = time.time() * 1000 > last_due_ms
+        if count >= n and past_due:
+            time.sleep(3)  # room for duplicates to show up
+            break
+        if past_due and now - stall_since > patience_s:
+            break
+        time.sleep(0.25)
+    raw = [r.decode() for r in client.lrange(RUNS, 0, -1)]
+    client.delete(RUNS)
+    client.close()
+    return [r for r in raw if r.startswith(path + ",")]
+
+
+def _summary(path: str, n: int, sched_s: float, recs: list[str], worker: Worker) -> dict[str, Any]:
+    ids: dict[int, int] = {}
+    late: list[float] = []
+    for rec in recs:
+        _, i, start, due = rec.split(",")
+        ids[int(i)] = ids.get(int(i), 0) + 1
+        late.append(float(start) - float(due))
+    return {
+        "path": path,
+        "n": n,
+        "sched_rate": n / sched_s,
+        "late": percentiles(late),
+        "peak_rss": worker.peak_rss(),
+        "idle_rss": worker.idle_rss,
+        "lost": n - len(ids),
+        "dup": len(recs) - len(ids),
+    }
+
+
+class _PublishLateness(logging.Handler):
+    """Collects ``late=`` of the dispatcher's job lines: fire to publish, in chronoq."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.values: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        at = text.find(" late=")
+        if at >= 0:
+            self.values.append(float(text[at + 6 :].split("ms", 1)[0]))
+
+
+def run_chronoq(
+    url: str, n: int, seed: int, concurrency: int, workdir: Path, pool: str
+) -> dict[str, Any]:
+    worker = Worker(url, concurrency, pool)
+    handler = _PublishLateness()
+    dlog = logging.getLogger("chronoq.workers.Dispatcher")
+    dlog.addHandler(handler)
+    dlog.setLevel(logging.INFO)
+    sched = Scheduler(f"rocksdb://{workdir / f'chronoq-{n}'}", prefetch=2000, max_workers=8)
+    define(sched)
+    celery = celery_app_for(sched, url, worker_hijack_root_logger=False, executor_options=EXEC_OPTS)
+    dispatcher = Dispatcher(sched)
+    stop = threading.Event()
+    thread = threading.Thread(target=dispatcher.run_forever, kwargs={"stop_event": stop})
+    thread.start()
+    try:
+        hit = sched.handle("bench.hit")
+        t0 = time.time() * 1000
+        dues = _dues(n, t0, seed)
+        start = time.perf_counter()
+        for i, due in enumerate(dues):
+            hit.schedule(i, due, delay=max(0.0, due - time.time() * 1000) / 1000)
+        sched_s = time.perf_counter() - start
+        recs = _collect(url, "chronoq", n, max(dues), patience_s=30)
+        out = _summary("chronoq", n, sched_s, recs, worker)
+        out["publish_late"] = percentiles(handler.values)
+        return out
+    finally:
+        dlog.removeHandler(handler)
+        stop.set()
+        thread.join(60)
+        worker.stop()
+        sched.close()
+        celery.close()
+
+
+def _eta_stub(i: int, due_ms: float) -> None:
+    """Only its name matters here: the worker runs :func:`hit_eta`."""
+
+
+def run_eta(url: str, n: int, seed: int, concurrency: int, pool: str) -> dict[str, Any]:
+    worker = Worker(url, concurrency, pool)
+    celery = celery_app_for(Scheduler("rocksdb://./unused"), url, worker_hijack_root_logger=False)
+    task = celery.task(name="bench.hit_eta", shared=False)(_eta_stub)
+    try:
+        t0 = time.time() * 1000
+        dues = _dues(n, t0, seed)
+        start = time.perf_counter()
+        for i, due in enumerate(dues):
+            task.apply_async((i, due), countdown=max(0.0, due - time.time() * 1000) / 1000)
+        sched_s = time.perf_counter() - start
+        recs = _collect(url, "eta", n, max(dues), patience_s=60)
+        return _summary("celery-eta", n, sched_s, recs, worker)
+    finally:
+        worker.stop()
+        celery.close()
+
+
+def probe_capacity(url: str, n: int, concurrency: int, pool: str) -> float:
+    """Tasks/s the worker drains from a burst of ``n`` generic tasks due now."""
+    from workers.executors.celery import RUN_TASK, publish
+
+    worker = Worker(url, concurrency, pool)
+    celery = celery_app_for(Scheduler("rocksdb://./unused"), url)
+    client = redis.Redis.from_url(url)
+    try:
+        start = time.perf_counter()
+        with celery.producer_or_acquire() as producer, producer.batch(max_size=1000):
+            for i in range(n):
+                args = ["bench.hit", [i, time.time() * 1000], {}]
+                publish(celery, producer, RUN_TASK, args, {}, f"probe-{i}", {})
+        while client.llen(RUNS) < n:
+            time.sleep(0.02)
+        return n / (time.perf_counter() - start)
+    finally:
+        client.delete(RUNS)
+        client.close()
+        worker.stop()
+        celery.close()
+
+
+def _print(rows: list[dict[str, Any]]) -> None:
+    head = (
+        f"{'path':<11} {'N':>8} {'sched/s':>9} {'late p50':>9} {'p99':>9} {'p99.9':>9} "
+        f"{'max':>9} {'worker peak RSS':>16} {'idle RSS':>9} {'lost':>6} {'dup':>6}"
+    )
+    print(head)
+    for r in rows:
+        late = r["late"]
+        print(
+            f"{r['path']:<11} {num(r['n']):>8} {num(r['sched_rate']):>9} {ms(late['p50']):>9} "
+            f"{ms(late['p99']):>9} {ms(late['p99.9']):>9} {ms(late['max']):>9} "
+            f"{mb(r['peak_rss']):>16} {mb(r['idle_rss']):>9} {r['lost']:>6} {r['dup']:>6}"
+        )
+    print("(lateness in ms; MB = 10**6 bytes)")
+    for r in rows:
+        if "publish_late" in r:
+            p = r["publish_late"]
+            print(
+                f"chronoq N={num(r['n'])}: fire-to-publish lateness in chronoq p50 {ms(p['p50'])} "
+                f"p99 {ms(p['p99'])} p99.9 {ms(p['p99.9'])} max {ms(p['max'])} ms"
+            )
+    for n in sorted({r["n"] for r in rows}):
+        c = next((r for r in rows if r["n"] == n and r["path"] == "chronoq"), None)
+        e = next((r for r in rows if r["n"] == n and r["path"] == "celery-eta"), None)
+        if c is None or e is None:
+            continue
+        p99c, p99e = c["late"]["p99"] or 0.0, e["late"]["p99"] or 0.0
+        print(
+            f"N={num(n)}: chronoq/ETA  schedule rate x{c['sched_rate'] / e['sched_rate']:.1f}, "
+            f"lateness P99 x{p99c / p99e if p99e else float('nan'):.4f} "
+            f"({ms(p99c)} vs {ms(p99e)} ms), worker peak RSS "
+            f"x{c['peak_rss'] / e['peak_rss']:.2f} ({mb(c['peak_rss'])} vs {mb(e['peak_rss'])})"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", default="20000", help="jobs per run; a comma list runs each")
+    parser.add_argument("--only", choices=["chronoq", "eta"], help="run one path only")
+    parser.add_argument("--redis-url", help="use this Redis instead of starting one")
+    parser.add_argument("--concurrency", type=int, default=4, help="worker threads/processes")
+    parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
+    parser.add_argument("--probe", type=int, default=4000, help="capacity probe burst (0: skip)")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="celery-vs-eta-"))
+    server = None
+    url = args.redis_url
+    if url is None:
+        server, url = start_redis(workdir)
+    os.environ[URL_ENV] = url
+    rows: list[dict[str, Any]] = []
+    try:
+        if args.probe:
+            rate = probe_capacity(url, args.probe, args.concurrency, args.pool)
+            print(f"worker capacity ({args.pool} -c {args.concurrency}): {num(rate)} tasks/s "
+                  f"(a burst of {num(args.probe)} published at once)")  # fmt: skip
+        for n in (int(x) for x in args.n.split(",")):
+            if args.only != "eta":
+                rows.append(run_chronoq(url, n, args.seed, args.concurrency, workdir, args.pool))
+                print(f"chronoq N={n} done", file=sys.stderr)
+            if args.only != "chronoq":
+                rows.append(run_eta(url, n, args.seed, args.concurrency, args.pool))
+                print(f"celery-eta N={n} done", file=sys.stderr)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+    _print(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

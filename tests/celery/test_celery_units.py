@@ -1,0 +1,158 @@
+"""The Celery pieces that need no running service: layering, naming, wiring."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from broker_adapter import MessageState
+from broker_adapter.clock import ManualClock
+from broker_adapter.results import ReceivedMessage
+from scheduler.jobcall import JobCall
+from scheduler.scheduler import Scheduler
+from scheduler.spec import RetryPolicy
+from workers import Dispatcher
+from workers.celery_app import celery_app_for, install, schedule_task, scheduler_of
+from workers.context import JobContext
+from workers.executors.base import JobNotStarted
+from workers.executors.celery import RUN_TASK, CeleryExecutor, task_id_for, task_message
+
+ROOT = Path(__file__).resolve().parents[2]
+URL = "redis://127.0.0.1:1/0"  # never connected to in these tests
+
+
+def _message(key: str | None = None, attempts: int = 1) -> ReceivedMessage:
+    return ReceivedMessage("m1", "chronoq.jobs", b"", 1_000, 900, attempts, b"r", key)
+
+
+def test_importing_scheduler_and_workers_does_not_import_celery() -> None:
+    code = "import sys, scheduler, workers; print('celery' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"
+
+
+def test_a_job_is_published_as_the_generic_task_with_its_name(tmp_path: Path) -> None:
+    app = Scheduler(f"rocksdb://{tmp_path}")
+
+    @app.job(name="shop.close", executor="celery", queue="orders")
+    def close(order_id: int) -> None: ...
+
+    name, args, kwargs = task_message(
+        close.spec, JobCall("shop.close", (7,), {"why": "t"}), _message("order:7", 2), 1_000
+    )
+    assert (name, args) == (RUN_TASK, ["shop.close", [7], {"why": "t"}])
+    assert kwargs == {"due_ms": 1_000, "attempt": 2, "topic": "chronoq.jobs", "key": "order:7"}
+
+
+def test_task_id_is_the_message_id_except_for_extra_cron_occurrences(tmp_path: Path) -> None:
+    app = Scheduler(f"rocksdb://{tmp_path}")
+
+    @app.cron("* * * * *", name="tick", executor="celery")
+    def tick() -> None: ...
+
+    m = _message("cron:tick:60000")
+    assert task_id_for(m, None) == "m1"
+    first = JobContext(tick.spec, JobCall("tick"), m, 60_000, lambda: 0.0)
+    extra = JobContext(tick.spec, JobCall("tick"), m, 120_000, lambda: 0.0)
+    assert task_id_for(m, first) == "m1"
+    assert task_id_for(m, extra) == "m1:120000"
+
+
+def test_install_registers_the_celery_executor_for_default_dispatchers(tmp_path: Path) -> None:
+    app = Scheduler(f"rocksdb://{tmp_path / 'd'}")
+    celery = celery_app_for(app, URL)
+    try:
+        assert scheduler_of(celery) is app
+        assert RUN_TASK in celery.tasks
+        dispatcher = Dispatcher(app)
+        assert isinstance(dispatcher.executors["celery"], CeleryExecutor)
+        assert "celery" not in Dispatcher(Scheduler(f"rocksdb://{tmp_path / 'e'}")).executors
+    finally:
+        app.close()
+        celery.close()
+
+
+def _noop() -> None:
+    """A task body."""
+
+
+def test_schedule_task_needs_a_bound_scheduler() -> None:
+    from celery import Celery
+
+    celery = Celery("unbound", broker=URL, set_as_current=False)
+    task = celery.task(name="t.unbound", shared=False)(_noop)
+    with pytest.raises(LookupError, match="install"):
+        schedule_task(task)
+    celery.close()
+
+
+def test_tracking_results_needs_a_result_backend() -> None:
+    from celery import Celery
+
+    celery = Celery("nobackend", broker=URL, set_as_current=False)
+    with pytest.raises(ValueError, match="result backend"):
+        CeleryExecutor(celery)
+    CeleryExecutor(celery, track_results=False).shutdown()
+    celery.close()
+
+
+def test_own_celery_retries_mean_one_chronoq_attempt(tmp_path: Path) -> None:
+    from celery import Celery
+
+    app = Scheduler(f"rocksdb://{tmp_path}")
+    celery = Celery("own", broker=URL, backend=URL, set_as_current=False)
+    install(celery, app)
+
+    @celery.task(name="t.retrying", shared=False, autoretry_for=(OSError,))
+    def retrying() -> None: ...
+
+    @celery.task(name="t.plain2", shared=False)
+    def plain() -> None: ...
+
+    from workers.celery_app import task_job
+
+    assert task_job(app, retrying).spec.max_attempts == 1
+    assert task_job(app, plain).spec.max_attempts == 16
+    app.close()
+    celery.close()
+
+
+def test_job_not_started_names_the_message() -> None:
+    err = JobNotStarted("m1", "celery broker unreachable")
+    assert "m1" in str(err) and "unreachable" in str(err)
+
+
+class _Refusing:
+    """An executor whose broker is always down."""
+
+    def submit(self, spec: object, call: object, message: ReceivedMessage) -> Future[None]:
+        fut: Future[None] = Future()
+        fut.set_exception(JobNotStarted(message.msg_id, "celery broker unreachable"))
+        return fut
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
+
+
+def test_job_not_started_is_nacked_with_backoff_even_outside_retry_on(
+    data_dir: Path, manual_clock: ManualClock
+) -> None:
+    app = Scheduler(f"rocksdb://{data_dir}", clock=manual_clock)
+
+    @app.job(executor="celery", max_attempts=2, retry=RetryPolicy((5_000,), retry_on=(KeyError,)))
+    def close() -> None: ...
+
+    receipt = close.schedule()
+    with Dispatcher(app, executors={"celery": _Refusing()}) as dispatcher:
+        assert dispatcher.run_until_idle() == 1
+    view = app.broker.query(receipt.msg_id)
+    assert view is not None and view.state is MessageState.PENDING  # not dead: it never ran
+    assert view.deliver_at_ms == manual_clock.now_ms() + 5_000
+    assert view.error is not None and "unreachable" in view.error
+    app.close()

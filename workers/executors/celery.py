@@ -1,0 +1,385 @@
+"""CeleryExecutor: due jobs run on real Celery workers (``@app.job(executor="celery")``).
+
+chronoq holds the timer; Celery sees a task only when it is due. At fire time the
+dispatcher hands the job here and the executor publishes it with a plain
+``send_task`` (no ``eta``/``countdown``), so no Celery worker holds pending
+tasks in RAM and no ETA task outlives the Redis transport's ``visibility_timeout``
+to run twice. What is published is exactly what this ``send_task`` call would
+publish (see :func:`publish` for why it does not call it)::
+
+    celery_app.send_task("chronoq.run", [job_name, args, kwargs], {"due_ms": ..., ...},
+                         task_id=msg_id, queue=spec.queue)
+
+Jobs scheduled with :func:`workers.celery_app.schedule_task` publish the user's
+own task instead: ``send_task(task.name, args, kwargs, task_id=msg_id)``.
+
+**Idempotency.** The Celery task id *is* the chronoq message id. A redelivered
+message (invisible time passed, dispatcher crash) publishes the same id again,
+after looking at the result backend: a task already ``SUCCESS`` is not published
+again (the message is just acked); one still ``STARTED`` or ``RETRY`` is waited
+for, not published; one that ``FAILURE``-d is forgotten and published again
+(that is chronoq's retry).
+
+**Outcome path (no change to the broker contract).** With ``track_results=True``
+(the default) the future the dispatcher waits on completes only when the task's
+outcome reaches the Celery result backend (see
+:mod:`workers.executors.celery_results`). So the chronoq message stays
+``INFLIGHT`` while Celery runs it, and ``query(msg_id)`` / ``JobHandle.get``
+shows ``DONE`` after success, ``PENDING`` with the error while a retry waits,
+``DEAD`` with the error after the last attempt: the dispatcher settles it as it
+does a local job. A task that is slower than the dispatcher's invisible time
+(60 s unless a job ``timeout`` raises it) is redelivered, finds the task
+``STARTED`` and keeps waiting. A Celery job holds one dispatcher slot
+(``prefetch + max_workers``) from its fire until its outcome: raise ``prefetch``
+to at least fire rate x task duration.
+
+**Who retries: chronoq.** A failed task is retried by the dispatcher's nack with
+the job's :class:`~scheduler.spec.RetryPolicy` (``retry_on``, backoff,
+``max_attempts``, then the dead-letter topic), exactly as a local job; the
+generic task never calls Celery's ``retry``. A user task scheduled with
+``schedule_task`` that declares Celery retries (``autoretry_for``) keeps them, and
+chronoq then makes one attempt only (``max_attempts=1``): never both. Celery's
+own *redelivery* of a task whose worker died (``acks_late``) is not a retry: it
+runs under the same id and chronoq just keeps waiting for its outcome.
+
+**Celery broker down.** ``send_task`` raising (connection refused, timeout)
+fails the run with :class:`~workers.executors.base.JobNotStarted`: one WARNING
+line names the broker and the message ids, and the dispatcher nacks each message
+with the job's backoff whatever ``retry_on`` says (the job never ran). The
+message is acked only after the Celery broker accepted the publish (and, with
+``track_results``, after the outcome), so nothing is lost.
+
+With ``track_results=False`` the run counts as done once the publish is
+accepted: Celery then owns retries and outcomes (use ``autoretry_for``), and
+``query`` shows ``DONE`` meaning "handed to Celery". No result backend is
+needed then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from broker_adapter.results import ReceivedMessage
+from scheduler.jobcall import JobCall
+from scheduler.spec import JobSpec, parse_cron_key
+from workers.context import JobContext, find_current_job
+from workers.executors.base import JobNotStarted
+from workers.executors.celery_results import READY_STATES, ResultWatcher
+
+#: The generic Celery task that runs a chronoq job by name (see :mod:`workers.celery_app`).
+RUN_TASK = "chronoq.run"
+#: Job-name prefix of the chronoq jobs that stand for a user's own Celery task.
+TASK_JOB_PREFIX = "celery:"
+#: Most publishes sent in one pipeline round trip.
+DEFAULT_BATCH = 500
+
+_log = logging.getLogger("chronoq.workers.CeleryExecutor")
+
+
+@dataclass(slots=True)
+class _Publish:
+    """One run waiting for the publisher thread."""
+
+    fut: Future[Any]
+    task_id: str
+    name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: dict[str, Any]
+    attempt: int
+    job: JobContext | None
+
+
+def task_message(
+    spec: JobSpec, call: JobCall, message: ReceivedMessage, due_ms: int
+) -> tuple[str, list[Any], dict[str, Any]]:
+    """The Celery task name, args and kwargs that run ``call``.
+
+    A plain chronoq job goes through the generic task :data:`RUN_TASK`; a job
+    named ``celery:<task>`` (from ``schedule_task``) is that Celery task itself.
+    """
+    if spec.name.startswith(TASK_JOB_PREFIX):
+        task_name = getattr(spec.func, "name", None) or spec.name[len(TASK_JOB_PREFIX) :]
+        return str(task_name), list(call.args), dict(call.kwargs)
+    meta = {"due_ms": due_ms, "attempt": message.attempts, "topic": message.topic}
+    if message.key is not None:
+        meta["key"] = message.key
+    return RUN_TASK, [spec.name, list(call.args), dict(call.kwargs)], meta
+
+
+def task_id_for(message: ReceivedMessage, job: JobContext | None) -> str:
+    """The Celery task id of a run: the message id; for the extra occurrences a
+    cron catch-up (``coalesce="all"``) runs from one message, ``<msg_id>:<fire_ms>``."""
+    if job is None or job.fire_ms is None or message.key is None:
+        return message.msg_id
+    parsed = parse_cron_key(message.key)
+    if parsed is None or parsed[1] == job.fire_ms:
+        return message.msg_id
+    return f"{message.msg_id}:{job.fire_ms}"
+
+
+class CeleryExecutor:
+    """Publishes due jobs to Celery; see the module docstring for the guarantees.
+
+    Publishing happens on one thread of its own, in pipelined batches of up to
+    ``batch_size`` (one Redis round trip each), so the dispatcher's pull loop never
+    waits for the Celery broker.
+
+    :param celery_app: the Celery app to publish with (its broker, routes, result backend).
+    :param track_results: keep each chronoq message in flight until the task's
+        outcome is in the result backend (chronoq retries); ``False``: done when
+        published (Celery retries).
+    :param batch_size: most publishes per pipeline round trip.
+    :param sweep_s: seconds between result-backend sweeps (see :class:`ResultWatcher`).
+    :raises ValueError: with ``track_results`` and a Celery app without a result backend.
+    """
+
+    def __init__(
+        self,
+        celery_app: Any,
+        *,
+        track_results: bool = True,
+        batch_size: int = DEFAULT_BATCH,
+        sweep_s: float = 0.5,
+    ) -> None:
+        if track_results and not celery_app.conf.result_backend:
+            raise ValueError(
+                "CeleryExecutor(track_results=True) reads outcomes from the result backend, "
+                "but this Celery app has none: set result_backend (e.g. the broker's redis:// "
+                "URL) or pass track_results=False"
+            )
+        self.celery_app = celery_app
+        self.track_results = track_results
+        self.batch_size = max(1, batch_size)
+        self.watcher = ResultWatcher(celery_app, sweep_s=sweep_s)
+        self._queue: queue.SimpleQueue[_Publish | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        #: Tasks published so far (tests and ``stats``-style logging).
+        self.published = 0
+
+    def submit(self, spec: JobSpec, call: JobCall, message: ReceivedMessage) -> Future[Any]:
+        """See :meth:`workers.executors.base.Executor.submit`: the future completes
+        with the task's result (or exception), or when the publish is accepted
+        without ``track_results``; with :class:`JobNotStarted` if it failed."""
+        job = find_current_job()
+        due_ms = job.due_ms if job is not None else message.deliver_at_ms
+        name, args, kwargs = task_message(spec, call, message, due_ms)
+        options = {"queue": spec.queue} if spec.queue else {}
+        fut: Future[Any] = Future()
+        task_id = task_id_for(message, job)
+        item = _Publish(fut, task_id, name, args, kwargs, options, message.attempts, job)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this CeleryExecutor is shut down")
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._publisher, name="chronoq-celery-publish", daemon=True
+                )
+                self._thread.start()
+            self._queue.put(item)
+        return fut
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop publishing: runs not yet published are cancelled (the dispatcher
+        releases them); outcomes still awaited are left to the dispatcher's drain."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+            self._queue.put(None)
+        if thread is not None and wait:
+            thread.join(timeout=10)
+        self.watcher.close()
+
+    def __repr__(self) -> str:
+        return f"<CeleryExecutor {self.celery_app.main!r} track_results={self.track_results}>"
+
+    # -- the publisher thread -----------------------------------------------------------
+
+    def _publisher(self) -> None:
+        q = self._queue
+        while True:
+            item = q.get()
+            if item is None:
+                break
+            batch = [item]
+            stop = False
+            while len(batch) < self.batch_size:
+                try:
+                    nxt = q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                batch.append(nxt)
+            try:
+                self._publish(batch)
+            except Exception as e:  # noqa: BLE001 - never let the thread die with runs queued
+                _log.exception("celery publisher: unexpected error")
+                for p in batch:
+                    if not p.fut.done():
+                        p.fut.set_exception(JobNotStarted(p.task_id, str(e)))
+            if stop:
+                break
+        while True:  # shut down: what is still queued never started
+            try:
+                left = q.get_nowait()
+            except queue.Empty:
+                return
+            if left is not None:
+                left.fut.cancel()
+
+    def _publish(self, batch: list[_Publish]) -> None:
+        live = [p for p in batch if p.fut.set_running_or_notify_cancel()]
+        if not live:
+            return
+        if self.track_results:
+            live = self._skip_known(live)
+            for p in live:
+                self.watcher.watch(p.task_id, p.fut)
+        if not live:
+            return
+        for p in live:
+            if p.job is not None:
+                p.job.mark_started()
+        app = self.celery_app
+        try:
+            with app.producer_or_acquire() as producer:
+                batching = getattr(producer, "batch", None)
+                ctx = batching(max_size=len(live)) if batching else contextlib.nullcontext()
+                with ctx:
+                    for p in live:
+                        publish(app, producer, p.name, p.args, p.kwargs, p.task_id, p.options)
+        except Exception as e:  # noqa: BLE001 - the Celery broker refused: chronoq retries
+            self._failed(live, e)
+            return
+        self.published += len(live)
+        if not self.track_results:
+            for p in live:
+                p.fut.set_result(None)
+
+    def _skip_known(self, live: list[_Publish]) -> list[_Publish]:
+        """Drop the redeliveries whose task Celery already has (see the module docstring)."""
+        again = [p for p in live if p.attempt > 1]
+        if not again:
+            return live
+        try:
+            metas = self.watcher.lookup(p.task_id for p in again)
+        except Exception as e:  # noqa: BLE001 - backend down: do not publish blindly
+            self._failed(again, e, what="result backend")
+            return [p for p in live if p.attempt <= 1]
+        keep: list[_Publish] = []
+        for p in live:
+            meta = metas.get(p.task_id) if p.attempt > 1 else None
+            state = None if meta is None else meta.get("status")
+            if state is None or state == "PENDING":
+                keep.append(p)
+            elif state == "SUCCESS":
+                _log.info("celery task %s already succeeded; not published again", p.task_id)
+                p.fut.set_result(meta.get("result") if meta else None)
+            elif state in READY_STATES:  # FAILURE/REVOKED: this delivery is chronoq's retry
+                self.watcher.forget(p.task_id)
+                keep.append(p)
+            else:  # STARTED, RETRY, RECEIVED: it runs; wait for it instead of a second run
+                _log.info("celery task %s is %s; waiting for it, not publishing", p.task_id, state)
+                self.watcher.watch(p.task_id, p.fut)
+        return keep
+
+    def _failed(self, runs: list[_Publish], exc: BaseException, what: str = "broker") -> None:
+        where = _broker_url(self.celery_app) if what == "broker" else ""
+        how = "unreachable" if _is_connection_error(exc) else "refused the publish"
+        ids = ", ".join(p.task_id for p in runs[:5]) + (" ..." if len(runs) > 5 else "")
+        _log.warning(
+            "celery %s %s %s (%s: %s): %d job(s) not published, the dispatcher retries "
+            "them with backoff (msg=%s)",
+            what,
+            where,
+            how,
+            type(exc).__name__,
+            exc,
+            len(runs),
+            ids,
+        )
+        reason = f"celery {what} {how}: {type(exc).__name__}: {exc}"
+        for p in runs:
+            self.watcher.unwatch(p.task_id, p.fut)
+            if not p.fut.done():
+                p.fut.set_exception(JobNotStarted(p.task_id, reason))
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    from kombu.exceptions import OperationalError
+
+    return isinstance(exc, OperationalError | OSError | ConnectionError | TimeoutError) or (
+        type(exc).__module__.startswith("redis") and "Connection" in type(exc).__name__
+    )
+
+
+def publish(
+    app: Any,
+    producer: Any,
+    name: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    task_id: str,
+    options: dict[str, Any],
+) -> None:
+    """Publish one task as ``app.send_task(name, args, kwargs, task_id=task_id,
+    producer=producer, **options)`` does (the task's own options and routes, the
+    same message), minus its result-backend hook: with the Redis result backend
+    ``send_task`` subscribes the sending process to every task's result channel,
+    and with the backend down blocks about 20 s in that subscription. Outcomes
+    are read by :class:`ResultWatcher` instead. No ``eta``/``countdown`` ever.
+    """
+    amqp = app.amqp
+    task_type = app.tasks.get(name)
+    opts = dict(options)
+    if task_type is not None:
+        for k, v in task_type._get_exec_options().items():
+            if v is not None:
+                opts.setdefault(k, v)
+    time_limit = opts.pop("time_limit", None)
+    soft_time_limit = opts.pop("soft_time_limit", None)
+    expires = opts.pop("expires", None)
+    opts.pop("ignore_result", None)
+    opts = amqp.router.route(opts, name, args, kwargs, task_type)
+    message = amqp.create_task_message(
+        task_id,
+        name,
+        args,
+        kwargs,
+        expires=expires,
+        time_limit=time_limit,
+        soft_time_limit=soft_time_limit,
+        create_sent_event=app.conf.task_send_sent_event,
+        **opts,
+    )
+    amqp.send_task_message(producer, name, message, **opts)
+
+
+def _broker_url(celery_app: Any) -> str:
+    try:
+        return str(celery_app.connection_for_write().as_uri())
+    except Exception:  # noqa: BLE001 - only for a log line
+        return "?"
+
+
+__all__ = [
+    "DEFAULT_BATCH",
+    "RUN_TASK",
+    "TASK_JOB_PREFIX",
+    "CeleryExecutor",
+    "publish",
+    "task_id_for",
+    "task_message",
+]

@@ -1,0 +1,254 @@
+"""How a :class:`~workers.executors.celery.CeleryExecutor` learns each task's outcome.
+
+A :class:`ResultWatcher` maps Celery task ids (equal to chronoq message ids) to the
+futures the dispatcher waits on, and completes them from the Celery *result
+backend*, so the chronoq message stays in flight until the task has run:
+
+* with the Redis result backend, one pattern subscription to the backend's
+  channels (``celery-task-meta-*``: Celery publishes every state change there)
+  delivers outcomes within milliseconds, and a sweep (one ``MGET`` per 1,000
+  watched ids, every ``sweep_s``) catches anything published while the
+  subscription was down;
+* with any other key-value backend only the sweep runs (``mget``); with a
+  backend that has neither, one ``get_task_meta`` per watched id.
+
+``SUCCESS`` completes the future with the task's return value; ``FAILURE`` with
+the task's exception as the result backend rebuilds it (the original class when
+it can be imported here, so ``RetryPolicy.retry_on`` works as for local jobs);
+``REVOKED`` with Celery's ``TaskRevokedError``. Unready states (``PENDING``,
+``STARTED``, ``RETRY``...) keep waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future
+from typing import Any
+
+_log = logging.getLogger("chronoq.workers.CeleryExecutor")
+
+#: States after which a task will not run again by itself.
+READY_STATES = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
+#: Ids per ``MGET`` in a sweep.
+SWEEP_CHUNK = 1000
+
+
+class CeleryTaskFailed(Exception):
+    """A Celery task ended in ``state`` and its exception could not be rebuilt here.
+
+    :param task_id: the task id (the chronoq message id).
+    :param state: the Celery state, e.g. ``FAILURE``.
+    :param detail: what the result backend said.
+    """
+
+    def __init__(self, task_id: str, state: str, detail: str) -> None:
+        self.task_id = task_id
+        self.state = state
+        super().__init__(f"celery task {task_id} ended {state}: {detail}")
+
+
+def outcome_error(task_id: str, meta: dict[str, Any]) -> BaseException | None:
+    """The exception a ready ``meta`` stands for, or ``None`` for ``SUCCESS``."""
+    state = meta.get("status")
+    if state == "SUCCESS":
+        return None
+    result = meta.get("result")
+    if isinstance(result, BaseException):
+        return result
+    return CeleryTaskFailed(task_id, str(state), repr(result))
+
+
+class ResultWatcher:
+    """Completes futures from a Celery app's result backend; see the module docstring.
+
+    :param celery_app: the Celery app whose backend stores the results.
+    :param sweep_s: seconds between sweeps of every watched id.
+    """
+
+    def __init__(self, celery_app: Any, *, sweep_s: float = 0.5) -> None:
+        self.celery_app = celery_app
+        self.sweep_s = sweep_s
+        self._lock = threading.Lock()
+        self._watched: dict[str, list[Future[Any]]] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._backend: Any = None
+        self._prefix = b""
+
+    # -- what the executor calls ----------------------------------------------------------
+
+    def watch(self, task_id: str, fut: Future[Any]) -> None:
+        """Complete ``fut`` once task ``task_id`` is ready (starts the thread on first use)."""
+        with self._lock:
+            self._watched.setdefault(task_id, []).append(fut)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="chronoq-celery-results", daemon=True
+                )
+                self._thread.start()
+
+    def unwatch(self, task_id: str, fut: Future[Any]) -> None:
+        """Stop waiting for ``task_id`` on behalf of ``fut`` (its publish failed)."""
+        with self._lock:
+            futs = self._watched.get(task_id)
+            if futs is not None and fut in futs:
+                futs.remove(fut)
+                if not futs:
+                    del self._watched[task_id]
+
+    def lookup(self, task_ids: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+        """The stored meta of each id that has one (one round trip for a KV backend).
+
+        Called from the executor's publisher thread; uses that thread's backend.
+        """
+        ids = list(task_ids)
+        backend = self.celery_app.backend
+        return dict(zip(ids, _metas(backend, ids), strict=True))
+
+    def forget(self, task_id: str) -> None:
+        """Delete a stored result (before a retry publishes the same id again)."""
+        self.celery_app.backend.forget(task_id)
+
+    @property
+    def watching(self) -> int:
+        """How many task ids are waited for."""
+        with self._lock:
+            return len(self._watched)
+
+    def close(self) -> None:
+        """Stop the thread; futures still watched stay pending (their messages are
+        released by the dispatcher's drain)."""
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=5)
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _resolve(self, task_id: str, meta: dict[str, Any]) -> None:
+        if meta.get("status") not in READY_STATES:
+            return
+        with self._lock:
+            futs = self._watched.pop(task_id, None)
+        for fut in futs or ():
+            if fut.done():
+                continue
+            error = outcome_error(task_id, meta)
+            if error is None:
+                fut.set_result(meta.get("result"))
+            else:
+                fut.set_exception(error)
+
+    def _sweep(self) -> None:
+        with self._lock:
+            ids = list(self._watched)
+        for start in range(0, len(ids), SWEEP_CHUNK):
+            chunk = ids[start : start + SWEEP_CHUNK]
+            for task_id, meta in zip(chunk, _metas(self._backend, chunk), strict=True):
+                if meta is not None:
+                    self._resolve(task_id, meta)
+
+    def _loop(self) -> None:
+        self._backend = self.celery_app.backend  # this thread's own backend instance
+        self._prefix = _key_prefix(self._backend)
+        client = getattr(self._backend, "client", None)
+        pubsub_ok = client is not None and hasattr(client, "pubsub") and bool(self._prefix)
+        broken = False
+        while not self._stop.is_set():
+            try:
+                if pubsub_ok:
+                    self._listen(client)
+                else:
+                    self._sweep()
+                    self._stop.wait(self.sweep_s)
+                if broken:
+                    _log.info("celery result backend reachable again")
+                    broken = False
+            except Exception as e:  # noqa: BLE001 - backend down: keep the futures, retry
+                if not broken:
+                    _log.warning(
+                        "celery result backend %s unreachable (%s: %s); outcomes wait, "
+                        "retrying every second",
+                        _safe_uri(self._backend),
+                        type(e).__name__,
+                        e,
+                    )
+                broken = True
+                self._stop.wait(1.0)
+
+    def _listen(self, client: Any) -> None:
+        """Subscribe, sweep once, then read state changes until stopped or broken."""
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.psubscribe(self._prefix + b"*")
+            next_sweep = 0.0
+            clock = time.monotonic
+            while not self._stop.is_set():
+                now = clock()
+                if now >= next_sweep:
+                    self._sweep()
+                    next_sweep = now + self.sweep_s
+                msg = pubsub.get_message(timeout=min(0.2, self.sweep_s))
+                while msg is not None:
+                    self._on_message(msg)
+                    msg = pubsub.get_message(timeout=0)
+        finally:
+            with contextlib.suppress(Exception):  # closing a broken connection
+                pubsub.close()
+
+    def _on_message(self, msg: dict[str, Any]) -> None:
+        if msg.get("type") != "pmessage":
+            return
+        channel = msg.get("channel")
+        if isinstance(channel, str):
+            channel = channel.encode()
+        if not isinstance(channel, bytes) or not channel.startswith(self._prefix):
+            return
+        task_id = channel[len(self._prefix) :].decode("utf-8", "replace")
+        with self._lock:
+            if task_id not in self._watched:
+                return
+        meta = self._backend.decode_result(msg["data"])
+        if isinstance(meta, dict):
+            self._resolve(task_id, meta)
+
+
+def _key_prefix(backend: Any) -> bytes:
+    prefix = getattr(backend, "task_keyprefix", None)
+    if isinstance(prefix, str):
+        return prefix.encode()
+    return prefix if isinstance(prefix, bytes) else b""
+
+
+def _safe_uri(backend: Any) -> str:
+    try:
+        return str(backend.as_uri())
+    except Exception:  # noqa: BLE001 - only for a log line
+        return type(backend).__name__
+
+
+def _metas(backend: Any, ids: list[str]) -> list[dict[str, Any] | None]:
+    """Stored meta per id (``None`` when nothing is stored)."""
+    if not ids:
+        return []
+    if hasattr(backend, "mget") and hasattr(backend, "get_key_for_task"):
+        try:
+            values = backend.mget([backend.get_key_for_task(i) for i in ids])
+        except NotImplementedError:
+            values = None
+        if values is not None:
+            return [None if v is None else backend.decode_result(v) for v in values]
+    out: list[dict[str, Any] | None] = []
+    for task_id in ids:
+        meta = backend.get_task_meta(task_id, cache=False)
+        out.append(None if meta.get("status") == "PENDING" else meta)
+    return out
+
+
+__all__ = ["READY_STATES", "CeleryTaskFailed", "ResultWatcher", "outcome_error"]
