@@ -40,7 +40,7 @@ OWNER_FILE = "CHRONOQ_OWNER"
 #: Memory budget. Memtables of all families share ``MEMTABLE_BUDGET`` and data
 #: blocks share one LRU block cache (RocksDB's defaults would let six families
 #: hold 64 MiB memtables each). Bloom filters and indexes cost about 2 bytes per
-#: pending message on top (10M pending: ~110 MB RSS in all).
+#: pending message on top (10M pending: ~165 MB RSS in all).
 MEMTABLE_BUDGET = 48 * 1024 * 1024
 BLOCK_CACHE_BYTES = 32 * 1024 * 1024
 _BIG_FAMILIES = ("wheel", "ready")
