@@ -51,8 +51,9 @@ class AckBatcher:
         :raises RedisError: when the write fails (the acks are dropped: their
             deliveries come back after the invisible time).
         """
-        if not self._queue:
-            return
+        # Always take the lock, even with an empty queue: the background thread
+        # may have taken a batch out of the queue and still be writing it, and a
+        # caller that reads group state right after an ack must see that write.
         with self._flush_lock:
             while True:
                 with self._cond:
