@@ -43,6 +43,27 @@ def retry_backoff_ms(attempt: int) -> int:
     return DELAY_LEVELS[max(level, 1) - 1]
 
 
+def check_pull_args(max_messages: object, wait_ms: object) -> None:
+    """Raise ``InvalidArgument`` unless ``max_messages >= 1`` and ``wait_ms >= 0`` are ints
+    (what every adapter's ``pull`` checks first)."""
+    from broker_adapter.errors import InvalidArgument
+
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+        raise InvalidArgument(f"max_messages must be an int >= 1, got {max_messages!r}")
+    if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or wait_ms < 0:
+        raise InvalidArgument(f"wait_ms must be an int >= 0, got {wait_ms!r}")
+
+
+def check_nack_delay(delay_ms: object) -> None:
+    """Raise ``InvalidArgument`` unless ``delay_ms`` is ``None`` or an int >= 0."""
+    from broker_adapter.errors import InvalidArgument
+
+    if delay_ms is not None and (
+        isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0
+    ):
+        raise InvalidArgument(f"delay_ms must be an int >= 0 or None, got {delay_ms!r}")
+
+
 def retry_topic(group: str) -> str:
     """The topic where a group's retries wait: ``%RETRY%<group>``."""
     return f"%RETRY%{group}"

@@ -21,10 +21,10 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from broker_adapter.base import Consumer
+from broker_adapter.base import Consumer, check_nack_delay, check_pull_args
 from broker_adapter.embedded.keys import CF_READY, U64, tid_bytes, topic_range
 from broker_adapter.embedded.records import delivery_fields, record_attempts
-from broker_adapter.errors import BrokerClosed, InvalidArgument
+from broker_adapter.errors import BrokerClosed
 from broker_adapter.results import NO_PROPERTIES, MessageState, ReceivedMessage
 
 if TYPE_CHECKING:
@@ -210,10 +210,7 @@ class EmbeddedConsumer(Consumer):
 
     def pull(self, max_messages: int = 32, wait_ms: int = 1000) -> list[ReceivedMessage]:
         """See :meth:`broker_adapter.base.Consumer.pull`."""
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-            raise InvalidArgument(f"max_messages must be an int >= 1, got {max_messages!r}")
-        if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or wait_ms < 0:
-            raise InvalidArgument(f"wait_ms must be an int >= 0, got {wait_ms!r}")
+        check_pull_args(max_messages, wait_ms)
         self._check()
         return self._broker._groups.pull(self, max_messages, wait_ms)
 
@@ -274,10 +271,7 @@ class EmbeddedConsumer(Consumer):
         self, message: ReceivedMessage, delay_ms: int | None = None, reason: str | None = None
     ) -> bool:
         """See :meth:`broker_adapter.base.Consumer.nack`."""
-        if delay_ms is not None and (
-            isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0
-        ):
-            raise InvalidArgument(f"delay_ms must be an int >= 0 or None, got {delay_ms!r}")
+        check_nack_delay(delay_ms)
         self._check()
         return self._broker._groups.nack(self._group, message.receipt, delay_ms, reason, dead=False)
 

@@ -18,8 +18,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from broker_adapter.base import Consumer, retry_backoff_ms
-from broker_adapter.errors import BrokerClosed, InvalidArgument
+from broker_adapter.base import Consumer, check_nack_delay, check_pull_args, retry_backoff_ms
+from broker_adapter.errors import BrokerClosed
 from broker_adapter.redis.scripts import redis_errors
 from broker_adapter.results import NO_PROPERTIES, ReceivedMessage
 
@@ -71,10 +71,7 @@ class RedisConsumer(Consumer):
 
     def pull(self, max_messages: int = 32, wait_ms: int = 1000) -> list[ReceivedMessage]:
         """See :meth:`broker_adapter.base.Consumer.pull`."""
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-            raise InvalidArgument(f"max_messages must be an int >= 1, got {max_messages!r}")
-        if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or wait_ms < 0:
-            raise InvalidArgument(f"wait_ms must be an int >= 0, got {wait_ms!r}")
+        check_pull_args(max_messages, wait_ms)
         self._check()
         deadline = time.monotonic() + wait_ms / 1000
         b = self._b
@@ -231,10 +228,7 @@ class RedisConsumer(Consumer):
         self, message: ReceivedMessage, delay_ms: int | None = None, reason: str | None = None
     ) -> bool:
         """See :meth:`broker_adapter.base.Consumer.nack`."""
-        if delay_ms is not None and (
-            isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0
-        ):
-            raise InvalidArgument(f"delay_ms must be an int >= 0 or None, got {delay_ms!r}")
+        check_nack_delay(delay_ms)
         self._check()
         return self._give_back(message.receipt, delay_ms, reason, dead=False)
 

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from broker_adapter.base import Consumer
+from broker_adapter.base import Consumer, check_nack_delay, check_pull_args
 from broker_adapter.errors import BrokerClosed, ConnectionFailed, InvalidArgument
 from broker_adapter.message import check_topic
 from broker_adapter.results import ReceivedMessage
@@ -112,10 +112,7 @@ class RemoteConsumer(Consumer):
 
     def pull(self, max_messages: int = 32, wait_ms: int = 1000) -> list[ReceivedMessage]:
         """See :meth:`broker_adapter.base.Consumer.pull`."""
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-            raise InvalidArgument(f"max_messages must be an int >= 1, got {max_messages!r}")
-        if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or wait_ms < 0:
-            raise InvalidArgument(f"wait_ms must be an int >= 0, got {wait_ms!r}")
+        check_pull_args(max_messages, wait_ms)
         self._check()
         start = time.monotonic()
         deadline = start + wait_ms / 1000
@@ -201,10 +198,7 @@ class RemoteConsumer(Consumer):
         self, message: ReceivedMessage, delay_ms: int | None = None, reason: str | None = None
     ) -> bool:
         """See :meth:`broker_adapter.base.Consumer.nack`."""
-        if delay_ms is not None and (
-            isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0
-        ):
-            raise InvalidArgument(f"delay_ms must be an int >= 0 or None, got {delay_ms!r}")
+        check_nack_delay(delay_ms)
         return self._settle("nack", message, {"delay": delay_ms,
                                               "reason": None if reason is None else str(reason)})
 
