@@ -54,6 +54,34 @@ def check_pull_args(max_messages: object, wait_ms: object) -> None:
         raise InvalidArgument(f"wait_ms must be an int >= 0, got {wait_ms!r}")
 
 
+def check_pending_limit(limit: object) -> None:
+    """Raise ``InvalidArgument`` unless ``limit`` (of ``pending``) is an int >= 1."""
+    from broker_adapter.errors import InvalidArgument
+
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgument(f"limit must be an int >= 1, got {limit!r}")
+
+
+def check_consumer_args(group: str, topics: Iterable[str], **limits: object) -> tuple[str, ...]:
+    """Check a ``consumer(...)`` call: the group name, at least one topic (``%DLQ%...``
+    allowed), every limit an int >= 1; returns the topics without repeats, in order.
+
+    :raises InvalidTopic: for a bad group or topic name.
+    :raises InvalidArgument: for no topic or a bad limit.
+    """
+    from broker_adapter.errors import InvalidArgument
+    from broker_adapter.message import check_topic
+
+    check_topic(group)
+    names = tuple(dict.fromkeys(check_topic(t, allow_system=True) for t in topics))
+    if not names:
+        raise InvalidArgument("a consumer needs at least one topic")
+    for label, limit in limits.items():
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidArgument(f"{label} must be an int >= 1, got {limit!r}")
+    return names
+
+
 def check_nack_delay(delay_ms: object) -> None:
     """Raise ``InvalidArgument`` unless ``delay_ms`` is ``None`` or an int >= 0."""
     from broker_adapter.errors import InvalidArgument

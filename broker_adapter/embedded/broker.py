@@ -25,6 +25,7 @@ from broker_adapter.base import (
     BrokerAdapter,
     Consumer,
     SendCallback,
+    check_pending_limit,
     dead_letter_topic,
 )
 from broker_adapter.clock import Clock, SystemClock
@@ -384,8 +385,7 @@ class EmbeddedBroker(BrokerAdapter):
         limit: int = 100,
     ) -> list[MessageView]:
         """See :meth:`BrokerAdapter.pending`."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidArgument(f"limit must be an int >= 1, got {limit!r}")
+        check_pending_limit(limit)
         self._check_open()
         return self._query.pending(topic, start_ms, end_ms, limit)
 

@@ -20,6 +20,7 @@ from broker_adapter.base import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_INFLIGHT,
     DEFAULT_MAX_INFLIGHT_BYTES,
+    check_consumer_args,
     dead_letter_topic,
     retry_backoff_ms,
     retry_topic,
@@ -27,8 +28,6 @@ from broker_adapter.base import (
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.groups import ConsumerGroup, EmbeddedConsumer, Flight
 from broker_adapter.embedded.records import record_id, with_topic_and_attempts
-from broker_adapter.errors import InvalidArgument
-from broker_adapter.message import check_topic
 from broker_adapter.results import GroupStats, ReceivedMessage
 
 if TYPE_CHECKING:
@@ -97,15 +96,9 @@ class GroupRegistry:
     ) -> EmbeddedConsumer:
         """A new member of ``group``; see :meth:`BrokerAdapter.consumer`."""
         b = self._broker
-        check_topic(group)
-        names = tuple(dict.fromkeys(check_topic(t, allow_system=True) for t in topics))
-        if not names:
-            raise InvalidArgument("a consumer needs at least one topic")
-        for label, limit in (("invisible_ms", invisible_ms), ("max_attempts", max_attempts),
-                             ("max_inflight", max_inflight),
-                             ("max_inflight_bytes", max_inflight_bytes)):
-            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-                raise InvalidArgument(f"{label} must be an int >= 1, got {limit!r}")
+        names = check_consumer_args(group, topics, invisible_ms=invisible_ms,
+                                    max_attempts=max_attempts, max_inflight=max_inflight,
+                                    max_inflight_bytes=max_inflight_bytes)
         b._check_open()
         with self._lock:
             g = self.groups.get(group)

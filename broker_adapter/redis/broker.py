@@ -29,12 +29,14 @@ from broker_adapter.base import (
     BrokerAdapter,
     Consumer,
     SendCallback,
+    check_consumer_args,
+    check_pending_limit,
     retry_topic,
 )
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.embedded.async_sender import AsyncSender
 from broker_adapter.errors import BrokerClosed, InvalidArgument, InvalidDelay, MessageTooLarge
-from broker_adapter.message import Message, check_topic
+from broker_adapter.message import Message
 from broker_adapter.redis import keys as K
 from broker_adapter.redis.acks import AckBatcher
 from broker_adapter.redis.connect import open_client
@@ -323,8 +325,7 @@ class RedisBroker(BrokerAdapter):
         limit: int = 100,
     ) -> list[MessageView]:
         """See :meth:`BrokerAdapter.pending`."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidArgument(f"limit must be an int >= 1, got {limit!r}")
+        check_pending_limit(limit)
         self.check_open()
         lo = "-inf" if start_ms is None else str(int(start_ms))
         hi = "+inf" if end_ms is None else str(int(end_ms))
@@ -362,15 +363,9 @@ class RedisBroker(BrokerAdapter):
         max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     ) -> Consumer:
         """See :meth:`BrokerAdapter.consumer`."""
-        check_topic(group)
-        names = tuple(dict.fromkeys(check_topic(t, allow_system=True) for t in topics))
-        if not names:
-            raise InvalidArgument("a consumer needs at least one topic")
-        for label, limit in (("invisible_ms", invisible_ms), ("max_attempts", max_attempts),
-                             ("max_inflight", max_inflight),
-                             ("max_inflight_bytes", max_inflight_bytes)):
-            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-                raise InvalidArgument(f"{label} must be an int >= 1, got {limit!r}")
+        names = check_consumer_args(group, topics, invisible_ms=invisible_ms,
+                                    max_attempts=max_attempts, max_inflight=max_inflight,
+                                    max_inflight_bytes=max_inflight_bytes)
         self.check_open()
         subscribed = (*names, retry_topic(group))
         with redis_errors("consumer"):

@@ -31,6 +31,7 @@ from broker_adapter.base import (
     BrokerAdapter,
     Consumer,
     SendCallback,
+    check_pending_limit,
 )
 from broker_adapter.errors import (
     BrokerClosed,
@@ -320,8 +321,7 @@ class RemoteBroker(BrokerAdapter):
         limit: int = 100,
     ) -> list[MessageView]:
         """See :meth:`BrokerAdapter.pending` (merged over endpoints, by due time)."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidArgument(f"limit must be an int >= 1, got {limit!r}")
+        check_pending_limit(limit)
         self._check_open()
         views: list[MessageView] = []
         for ep in self.endpoints:
