@@ -63,6 +63,22 @@ class AbortResult:
     msg_id: str | None
 
 
+#: How ``MessageView.state`` sums up the groups: the least finished state wins.
+_LEAST_FINISHED_FIRST = (
+    MessageState.INFLIGHT,
+    MessageState.PENDING,
+    MessageState.READY,
+    MessageState.DEAD,
+    MessageState.DONE,
+)
+
+
+def overall_state(groups: Mapping[str, MessageState]) -> MessageState:
+    """The state a fired message shows, given each group's state (``READY`` with none)."""
+    states = set(groups.values())
+    return next((s for s in _LEAST_FINISHED_FIRST if s in states), MessageState.READY)
+
+
 @dataclass(frozen=True, slots=True)
 class MessageView:
     """A read-only snapshot of one message as the broker knows it.

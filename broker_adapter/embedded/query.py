@@ -13,20 +13,12 @@ from typing import TYPE_CHECKING
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.records import Record
 from broker_adapter.errors import DecodeError
-from broker_adapter.results import MessageState, MessageView
+from broker_adapter.results import MessageState, MessageView, overall_state
 
 if TYPE_CHECKING:
     from broker_adapter.embedded.broker import EmbeddedBroker
     from broker_adapter.embedded.groups import ConsumerGroup
 
-#: The least finished state wins when groups disagree.
-_ORDER = (
-    MessageState.INFLIGHT,
-    MessageState.PENDING,
-    MessageState.READY,
-    MessageState.DEAD,
-    MessageState.DONE,
-)
 
 
 class MessageQuery:
@@ -91,7 +83,7 @@ class MessageQuery:
             error = why or error
             if due is not None:
                 deliver_at = due
-        state = next((s for s in _ORDER if s in groups.values()), MessageState.READY)
+        state = overall_state(groups)
         extra: dict[str, object] = {"groups": groups, "attempts": attempts, "error": error}
         if deliver_at is not None and state is MessageState.PENDING:
             extra["deliver_at_ms"] = deliver_at

@@ -5,16 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from broker_adapter.results import BrokerStats, GroupStats, MessageState, MessageView, TopicStats
-
-#: The least finished state wins when groups disagree.
-_ORDER = (
-    MessageState.INFLIGHT,
-    MessageState.PENDING,
-    MessageState.READY,
-    MessageState.DEAD,
-    MessageState.DONE,
+from broker_adapter.results import (
+    BrokerStats,
+    GroupStats,
+    MessageState,
+    MessageView,
+    TopicStats,
+    overall_state,
 )
+
 _GROUP_STATE = {
     b"R": MessageState.READY,
     b"I": MessageState.INFLIGHT,
@@ -53,7 +52,7 @@ def build_view(msg_id: str, fields: Mapping[bytes, bytes], retry_due: Mapping[st
     if raw_state in _MESSAGE_STATE:
         state = _MESSAGE_STATE[raw_state]
     else:
-        state = next((s for s in _ORDER if s in groups.values()), MessageState.READY)
+        state = overall_state(groups)
         if state is MessageState.PENDING and retry_due:
             deliver_at = min(retry_due.values())
     return MessageView(

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import redis
 
 from scheduler.scheduler import Scheduler
 from tests.celery import jobs
+from tests.helpers import eventually
 from workers import Dispatcher
 from workers.celery_app import celery_app_for
 
@@ -35,14 +35,7 @@ CELERY = str(Path(sys.executable).with_name("celery"))
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
     """Poll ``check`` until it returns something truthy; fail naming ``what`` after
     ``timeout_s`` (a deadline for a hung test, not a timing assertion)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what} after {timeout_s:g} s")
-        time.sleep(0.05)
+    return eventually(check, timeout=timeout_s, what=what)
 
 
 def runs(url: str, job: str | None = None) -> list[dict[str, Any]]:
