@@ -92,6 +92,23 @@ def check_nack_delay(delay_ms: object) -> None:
         raise InvalidArgument(f"delay_ms must be an int >= 0 or None, got {delay_ms!r}")
 
 
+def check_invisible_ms(invisible_ms: object) -> None:
+    """Raise ``InvalidArgument`` unless ``invisible_ms`` (of ``extend``) is an int >= 1."""
+    from broker_adapter.errors import InvalidArgument
+
+    if isinstance(invisible_ms, bool) or not isinstance(invisible_ms, int) or invisible_ms < 1:
+        raise InvalidArgument(f"invisible_ms must be an int >= 1, got {invisible_ms!r}")
+
+
+def check_release_delay(delay_ms: object) -> None:
+    """Raise ``InvalidArgument`` unless ``delay_ms`` (of ``release``) is an int >= 0."""
+    if delay_ms is None:
+        from broker_adapter.errors import InvalidArgument
+
+        raise InvalidArgument("delay_ms must be an int >= 0, got None")
+    check_nack_delay(delay_ms)
+
+
 def retry_topic(group: str) -> str:
     """The topic where a group's retries wait: ``%RETRY%<group>``."""
     return f"%RETRY%{group}"
@@ -168,6 +185,30 @@ class Consumer(abc.ABC):
         its ``msg_id``. Returns ``False`` (doing nothing) when the message was not
         in flight here.
 
+        :raises BrokerClosed: when the consumer or its broker is closed.
+        """
+
+    @abc.abstractmethod
+    def extend(self, message: ReceivedMessage, invisible_ms: int) -> bool:
+        """Keep an in-flight message invisible for ``invisible_ms`` more, counted from
+        now (RocketMQ's changeInvisibleDuration), for work that outlives its
+        invisible time. The message's receipt stays valid. Returns ``False``
+        (doing nothing) when the message was not in flight here.
+
+        :raises InvalidArgument: unless ``invisible_ms`` is an int >= 1.
+        :raises BrokerClosed: when the consumer or its broker is closed.
+        """
+
+    @abc.abstractmethod
+    def release(self, message: ReceivedMessage, delay_ms: int = 0) -> bool:
+        """Give the message back to this group without counting the delivery as an
+        attempt: for work that never started (the consumer is stopping, or what
+        it hands the message to is unreachable). It is delivered again after
+        ``delay_ms`` with the same ``attempts``, and a release never sends it to
+        the dead-letter topic. Returns ``False`` (doing nothing) when the message
+        was not in flight here.
+
+        :raises InvalidArgument: unless ``delay_ms`` is an int >= 0.
         :raises BrokerClosed: when the consumer or its broker is closed.
         """
 

@@ -185,20 +185,30 @@ class GroupRegistry:
             b._store.write(batch, lazy=True)
 
     def nack(self, group: ConsumerGroup, receipt: bytes, delay_ms: int | None,
-              reason: str | None, dead: bool) -> bool:
+             reason: str | None, dead: bool, attempt: bool = True) -> bool:
         with group.lock:
             flight = group.drop_flight(receipt)
             if flight is None:
                 return False
-            self.redeliver(group, flight, delay_ms, reason, dead)
+            if not attempt:  # a release: this delivery does not count
+                flight.attempts -= 1
+            self.redeliver(group, flight, delay_ms, reason, dead, may_die=attempt)
         self.notify()
         return True
 
+    def extend(self, group: ConsumerGroup, receipt: bytes, invisible_ms: int) -> bool:
+        with group.lock:
+            extended = group.extend(receipt, self._broker._now() + invisible_ms)
+        if extended:
+            self._maybe_kick_deadline(group)
+        return extended
+
     def redeliver(self, group: ConsumerGroup, flight: Flight, delay_ms: int | None,
-                   reason: str | None, dead: bool) -> None:
-        """Send an in-flight message to the group's retry topic or its DLQ (group lock held)."""
+                  reason: str | None, dead: bool, may_die: bool = True) -> None:
+        """Send an in-flight message to the group's retry topic or its DLQ (group lock held);
+        with ``may_die`` false it goes to the retry topic whatever its attempts."""
         b = self._broker
-        dead = dead or flight.attempts >= group.max_attempts
+        dead = dead or (may_die and flight.attempts >= group.max_attempts)
         store = b._store
         raw = record_id(flight.record)
         note_reason = (reason or "").encode()[:4096]
@@ -235,7 +245,7 @@ class GroupRegistry:
         elif due < b._planned_wake:
             b._kick()
 
-    def release(self, consumer: EmbeddedConsumer) -> None:
+    def release_held(self, consumer: EmbeddedConsumer) -> None:
         """Give back a closing consumer's in-flight messages for redelivery at once."""
         b = self._broker
         self.consumers.discard(consumer)

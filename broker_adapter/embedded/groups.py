@@ -21,7 +21,13 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from broker_adapter.base import Consumer, check_nack_delay, check_pull_args
+from broker_adapter.base import (
+    Consumer,
+    check_invisible_ms,
+    check_nack_delay,
+    check_pull_args,
+    check_release_delay,
+)
 from broker_adapter.embedded.keys import CF_READY, U64, tid_bytes, topic_range
 from broker_adapter.embedded.records import delivery_fields, record_attempts
 from broker_adapter.errors import BrokerClosed
@@ -120,9 +126,25 @@ class ConsumerGroup:
             if keys is None:
                 keys = by_topic[tid] = deque()
             keys.append(receipt)
+        self.watch(pull, receipts)
+
+    def watch(self, pull: Pull, receipts: list[bytes]) -> None:
+        """Make ``pull`` the holder of ``receipts`` and expire them at its deadline."""
         pull.receipts, pull.left = receipts, len(receipts)
         self._pulls += 1
         heapq.heappush(self.deadlines, (pull.deadline, self._pulls, pull))
+
+    def extend(self, receipt: bytes, deadline: int) -> bool:
+        """Move the in-flight message ``receipt`` to a deadline of its own."""
+        entry = self.inflight.get(receipt)
+        if entry is None:
+            return False
+        record, old = entry
+        pull = Pull(deadline, old.consumer)
+        old.settle()  # its entry in the old pull's list is now skipped by expired()
+        self.inflight[receipt] = (record, pull)
+        self.watch(pull, [receipt])
+        return True
 
     def flight(self, receipt: bytes) -> Flight | None:
         """A view of the in-flight message ``receipt``, if it is in flight."""
@@ -280,12 +302,25 @@ class EmbeddedConsumer(Consumer):
         self._check()
         return self._broker._groups.nack(self._group, message.receipt, None, reason, dead=True)
 
+    def extend(self, message: ReceivedMessage, invisible_ms: int) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.extend`."""
+        check_invisible_ms(invisible_ms)
+        self._check()
+        return self._broker._groups.extend(self._group, message.receipt, invisible_ms)
+
+    def release(self, message: ReceivedMessage, delay_ms: int = 0) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.release`."""
+        check_release_delay(delay_ms)
+        self._check()
+        return self._broker._groups.nack(self._group, message.receipt, delay_ms, None,
+                                         dead=False, attempt=False)
+
     def close(self) -> None:
         """See :meth:`broker_adapter.base.Consumer.close`."""
         if self.closed:
             return
         self.closed = True
-        self._broker._groups.release(self)
+        self._broker._groups.release_held(self)
 
     @property
     def group_state(self) -> ConsumerGroup:

@@ -18,7 +18,14 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from broker_adapter.base import Consumer, check_nack_delay, check_pull_args, retry_backoff_ms
+from broker_adapter.base import (
+    Consumer,
+    check_invisible_ms,
+    check_nack_delay,
+    check_pull_args,
+    check_release_delay,
+    retry_backoff_ms,
+)
 from broker_adapter.errors import BrokerClosed
 from broker_adapter.redis.scripts import redis_errors
 from broker_adapter.results import NO_PROPERTIES, ReceivedMessage
@@ -237,8 +244,45 @@ class RedisConsumer(Consumer):
         self._check()
         return self._give_back(message.receipt, None, reason, dead=True)
 
+    def extend(self, message: ReceivedMessage, invisible_ms: int) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.extend`."""
+        check_invisible_ms(invisible_ms)
+        self._check()
+        receipt = message.receipt
+        try:
+            shard_b, n, att = receipt.split(b"|")
+            s = int(shard_b)
+        except (ValueError, AttributeError):
+            return False
+        b = self._b
+        if not 0 <= s < len(b.bases):
+            return False
+        deadline = b.now_ms() + invisible_ms
+        with redis_errors("extend"):
+            b.acks.flush()
+            extended = bool(b.scripts.call("extend", b.due_keys[s],
+                                           (b.bases[s], self.group, n, att, deadline,
+                                            b.retention_ms)))
+        if extended:
+            with self._lock:
+                entry = self._held.get(receipt)
+                if entry is not None:
+                    self._held[receipt] = (deadline, entry[1])
+            b.firer.note_deadline(s, deadline)
+        return extended
+
+    def release(self, message: ReceivedMessage, delay_ms: int = 0) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.release`.
+
+        The next delivery reuses the delivery number, so a receipt from before the
+        release is valid again once the message is delivered again.
+        """
+        check_release_delay(delay_ms)
+        self._check()
+        return self._give_back(message.receipt, delay_ms, None, dead=False, counts=False)
+
     def _give_back(self, receipt: bytes, delay_ms: int | None, reason: str | None,
-                   dead: bool) -> bool:
+                   dead: bool, counts: bool = True) -> bool:
         parsed = self._settle(receipt)
         if parsed is None:
             return False
@@ -248,7 +292,8 @@ class RedisConsumer(Consumer):
             delay_ms = retry_backoff_ms(int(att))
         now = b.now_ms()
         args = (b.bases[s], self.group, n, att, now, delay_ms, self.max_attempts,
-                (reason or "")[:4096], 1 if dead else 0, b.wake_channel, s, b.retention_ms)
+                (reason or "")[:4096], 1 if dead else 0, b.wake_channel, s, b.retention_ms,
+                0 if counts else 1)
         with redis_errors("nack"):
             b.acks.flush()
             outcome = b.scripts.call("nack", b.due_keys[s], args)

@@ -48,6 +48,7 @@ class Firer:
         self._full = True
         self._planned = 0.0
         self._closed = False
+        self._publish = True  # until the first sweep has counted the listeners
         self.log = logging.getLogger("chronoq.broker_adapter.Firer")
         self.log.addHandler(logging.NullHandler())
         self._thread = threading.Thread(target=self._run, name="chronoq-redis-firer", daemon=True)
@@ -86,35 +87,62 @@ class Firer:
         if self._thread.is_alive():
             self._thread.join(timeout=10)
 
-    def _pick(self, now: int) -> list[int]:
+    def _pick(self, now: int) -> tuple[list[int], list[bool], bool]:
+        """The shards to fire now; for each whether to look at its in-flight deadlines
+        too (on a full sweep, or when one this process knows of passed); and whether
+        the pass may expire deliveries (any of them looks)."""
         with self._cond:
-            if self._full:
-                shards = list(range(len(self._heads)))
-                self._full = False
-            else:
-                shards = [s for s, (h, d) in enumerate(zip(self._heads, self._deadlines,
-                                                           strict=True)) if h <= now or d <= now]
-            for s in shards:
-                self._heads[s] = _NEVER
-                self._deadlines[s] = _NEVER
-        return shards
+            full = self._full
+            self._full = False
+            shards: list[int] = []
+            scans: list[bool] = []
+            for s, (h, d) in enumerate(zip(self._heads, self._deadlines, strict=True)):
+                if full or h <= now or d <= now:
+                    scan = full or d <= now
+                    shards.append(s)
+                    scans.append(scan)
+                    self._heads[s] = _NEVER
+                    if scan:
+                        self._deadlines[s] = _NEVER
+        return shards, scans, any(scans)
+
+    def _check_listeners(self) -> None:
+        """Publish ready news only when another process listens (on one instance; a
+        cluster always publishes). A process that subscribes later is heard from the
+        next sweep on; until then its waiting pulls look every ``RECHECK_S`` anyway."""
+        b = self._b
+        if b.scripts.cluster:
+            self._publish = True
+            return
+        try:
+            counts = b.client.pubsub_numsub(b.ready_channel)
+            self._publish = not counts or int(counts[0][1]) != 1
+        except RedisError:
+            self._publish = True
 
     def fire_once(self) -> int:
         """One pass over the shards that need it; returns how many messages moved."""
         b = self._b
         now = b.now_ms()
-        shards = self._pick(now)
+        shards, scans, expiring = self._pick(now)
         if not shards:
             return 0
+        if expiring:
+            # This pass may expire deliveries: acks this process already answered
+            # True for must land first, or an acked message would come back.
+            b.acks.flush()
         try:
             results = b.scripts.fan(
                 "fire", [b.due_keys[s] for s in shards],
-                (now, self._chunk, b.retention_ms, b.ready_channel, b.origin),
-                [(b.bases[s], s) for s in shards])
+                (now, self._chunk, b.retention_ms, b.ready_channel if self._publish else "",
+                 b.origin),
+                [(b.bases[s], s, 1 if scan else 0) for s, scan in zip(shards, scans, strict=True)])
         except Exception:
             with self._cond:  # look at them again next time
-                for s in shards:
+                for s, scan in zip(shards, scans, strict=True):
                     self._heads[s] = 0.0
+                    if scan:
+                        self._deadlines[s] = 0.0
             raise
         moved_in: list[int] = []
         with self._cond:
@@ -136,6 +164,7 @@ class Firer:
             try:
                 if time.monotonic() - last_full >= self._sweep_s:
                     last_full = time.monotonic()
+                    self._check_listeners()
                     with self._cond:
                         self._full = True
                 started = self._b.now_ms()

@@ -14,7 +14,8 @@
 --   B.."stat"              hash  i|, p|, f|, r|, d| counters             (written)
 -- ARGV: [1] B, [2] group, [3] n, [4] deliveries of the receipt, [5] now ms, [6] delay ms,
 --       [7] max attempts, [8] reason ("" = none), [9] 1 = dead letter now, [10] wake
---       channel, [11] shard, [12] retention ms.
+--       channel, [11] shard, [12] retention ms, [13] 1 = a release: this delivery does
+--       not count (stored as one delivery less, never dead-lettered).
 -- Returns 0 (not in flight), 1 (retry pending; wake published if it is the new head),
 -- or 2 (dead).
 local base, g, n, att = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -28,7 +29,8 @@ redis.call('HINCRBY', stat, 'i|' .. g .. '|' .. (v[2] or v[3]), -1)
 redis.call('PEXPIRE', mk, ARGV[12])
 redis.call('PEXPIRE', base .. 'b:' .. n, ARGV[12])
 if ARGV[8] ~= '' then redis.call('HSET', mk, 'E' .. g, ARGV[8]) end
-if ARGV[9] == '1' or tonumber(att) >= tonumber(ARGV[7]) then
+local released = ARGV[13] == '1'
+if not released and (ARGV[9] == '1' or tonumber(att) >= tonumber(ARGV[7])) then
   local dlq = '%DLQ%' .. g
   redis.call('HSET', mk, 'G' .. g, 'D' .. att)
   redis.call('HINCRBY', stat, 'd|' .. g, 1)
@@ -46,6 +48,7 @@ end
 local rt = '%RETRY%' .. g
 local due = now + tonumber(ARGV[6])
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if released then att = tonumber(att) - 1 end
 redis.call('HSET', mk, 'G' .. g, 'P' .. att, 'C' .. g, rt)
 redis.call('ZADD', KEYS[1], due, n .. '|' .. g)
 redis.call('HINCRBY', stat, 'p|' .. rt, 1)

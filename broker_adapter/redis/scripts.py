@@ -26,7 +26,8 @@ from broker_adapter.errors import BrokerError, ConnectionFailed
 log = logging.getLogger("chronoq.broker_adapter.RedisScripts")
 log.addHandler(logging.NullHandler())
 
-NAMES = ("send", "fire", "peek", "claim", "release", "ack", "nack", "abort", "register", "pending")
+NAMES = ("send", "fire", "peek", "claim", "release", "ack", "nack", "abort", "register", "pending",
+         "extend")
 
 #: One script call: (script name, the shard's due key, arguments).
 Call = tuple[str, str, Sequence[Any]]

@@ -18,7 +18,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from broker_adapter.base import Consumer, check_nack_delay, check_pull_args
+from broker_adapter.base import (
+    Consumer,
+    check_invisible_ms,
+    check_nack_delay,
+    check_pull_args,
+    check_release_delay,
+)
 from broker_adapter.errors import BrokerClosed, ConnectionFailed, InvalidArgument
 from broker_adapter.message import check_topic
 from broker_adapter.results import ReceivedMessage
@@ -177,7 +183,7 @@ class RemoteConsumer(Consumer):
         return [decode(r, prefix, id_prefix) for r in rows]
 
     def _settle(self, op: str, message: ReceivedMessage, args: dict[str, Any]) -> bool:
-        """Send ``ack``/``nack``/``dead_letter`` to where ``message`` came from."""
+        """Send ``ack``, ``nack``, ``extend``... to where ``message`` came from."""
         self._check()
         receipt = message.receipt
         endpoints = self._broker.endpoints
@@ -205,6 +211,16 @@ class RemoteConsumer(Consumer):
     def dead_letter(self, message: ReceivedMessage, reason: str) -> bool:
         """See :meth:`broker_adapter.base.Consumer.dead_letter`."""
         return self._settle("dead_letter", message, {"reason": str(reason)})
+
+    def extend(self, message: ReceivedMessage, invisible_ms: int) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.extend`."""
+        check_invisible_ms(invisible_ms)
+        return self._settle("extend", message, {"invisible_ms": invisible_ms})
+
+    def release(self, message: ReceivedMessage, delay_ms: int = 0) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.release`."""
+        check_release_delay(delay_ms)
+        return self._settle("release", message, {"delay": delay_ms})
 
     def close(self) -> None:
         """See :meth:`broker_adapter.base.Consumer.close`."""

@@ -57,7 +57,8 @@ class Handlers:
             "send": self.send, "send_batch": self.send_batch, "abort": self.abort,
             "query": self.query, "pending": self.pending, "stats": self.stats,
             "consumer_open": self.consumer_open, "pull": self.pull_now, "ack": self.ack,
-            "nack": self.nack, "dead_letter": self.dead_letter,
+            "nack": self.nack, "dead_letter": self.dead_letter, "extend": self.extend,
+            "release": self.release,
             "consumer_close": self.consumer_close, "advance": self.advance,
         }
 
@@ -155,6 +156,14 @@ class Handlers:
     def dead_letter(self, conn: Connection, args: dict[str, Any]) -> Any:
         return self._consumer(conn, args).dead_letter(
             _receipt_message(arg(args, "receipt", bytes)), arg(args, "reason", str))
+
+    def extend(self, conn: Connection, args: dict[str, Any]) -> Any:
+        return self._consumer(conn, args).extend(
+            _receipt_message(arg(args, "receipt", bytes)), arg(args, "invisible_ms", int))
+
+    def release(self, conn: Connection, args: dict[str, Any]) -> Any:
+        return self._consumer(conn, args).release(
+            _receipt_message(arg(args, "receipt", bytes)), arg(args, "delay", int))
 
     def consumer_close(self, conn: Connection, args: dict[str, Any]) -> Any:
         consumer = conn.consumers.pop(arg(args, "cid", int), None)

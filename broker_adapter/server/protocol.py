@@ -32,7 +32,9 @@ Operations (``args`` -> ``result``)
     ``consumer_open`` {group, topics, invisible_ms, max_attempts, max_inflight,
     max_inflight_bytes} -> cid; ``pull`` {cid, max, wait} -> [rm]; ``ack``
     {cid, receipt} -> bool; ``nack`` {cid, receipt, delay, reason} -> bool;
-    ``dead_letter`` {cid, receipt, reason} -> bool; ``consumer_close`` {cid} -> None.
+    ``dead_letter`` {cid, receipt, reason} -> bool; ``extend`` {cid, receipt,
+    invisible_ms} -> bool; ``release`` {cid, receipt, delay} -> bool;
+    ``consumer_close`` {cid} -> None.
     Test-only, refused unless the server runs with ``--manual-clock``:
     ``advance`` {ms | to_ms} -> now_ms, ``reset`` {start_ms} -> None (empties the
     data directory).
@@ -46,6 +48,7 @@ Operations (``args`` -> ``result``)
 
 from __future__ import annotations
 
+import socket
 import struct
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -74,7 +77,8 @@ _MAX_RID = 1 << 63
 #: Operations the server knows; anything else is a malformed frame.
 OPS = frozenset({
     "hello", "send", "send_batch", "abort", "query", "pending", "stats", "consumer_open",
-    "pull", "ack", "nack", "dead_letter", "consumer_close", "batch", "advance", "reset",
+    "pull", "ack", "nack", "dead_letter", "extend", "release", "consumer_close", "batch",
+    "advance", "reset",
 })
 
 
@@ -141,6 +145,65 @@ def unpack(payload: bytes, limit: int = MAX_FRAME) -> Any:
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError,
             msgpack.StackError, UnicodeDecodeError) as e:
         raise ProtocolError(f"undecodable frame: {e}") from e
+
+
+class FrameReader:
+    """Cuts whole frames out of a socket's byte stream.
+
+    Not thread-safe: one thread at a time may read (the client's link hands the
+    reading role between threads; the server has one reader per connection).
+    """
+
+    def __init__(self, sock: socket.socket, limit: int = MAX_FRAME) -> None:
+        self._sock = sock
+        self._limit = limit
+        self._buf = bytearray()
+
+    def take(self) -> list[bytes]:
+        """Every whole frame buffered now (no I/O).
+
+        :raises ProtocolError: for a bad length.
+        """
+        buf, limit, unpack_header = self._buf, self._limit, HEADER.unpack_from
+        out = []
+        pos, n = 0, len(buf)
+        while n - pos >= 4:
+            length = check_length(unpack_header(buf, pos)[0], limit)
+            if n - pos - 4 < length:
+                break
+            out.append(bytes(buf[pos + 4:pos + 4 + length]))
+            pos += 4 + length
+        if pos:
+            del buf[:pos]
+        return out
+
+    def fill(self) -> bool:
+        """Read what the socket has (blocking for at least one byte); ``False`` at a
+        clean end of stream.
+
+        :raises ProtocolError: when the stream ends inside a frame.
+        :raises OSError: from the socket.
+        """
+        data = self._sock.recv(256 * 1024)
+        if not data:
+            if self._buf:
+                raise ProtocolError("connection closed inside a frame")
+            return False
+        self._buf += data
+        return True
+
+    def frames(self) -> list[bytes] | None:
+        """Wait for at least one whole frame; every whole frame buffered now, or
+        ``None`` at a clean end of stream.
+
+        :raises ProtocolError: for a bad length, or a stream cut inside a frame.
+        """
+        while True:
+            out = self.take()
+            if out:
+                return out
+            if not self.fill():
+                return None
 
 
 def _is_int(v: Any) -> bool:

@@ -1029,6 +1029,112 @@ def test_nack_on_the_last_attempt_makes_the_message_dead(harness: Harness) -> No
     assert_nothing(c)
 
 
+def test_extend_keeps_a_message_invisible_from_now_and_its_receipt_valid(
+    harness: Harness,
+) -> None:
+    c = harness.consumer("g", [T], invisible_ms=5_000)
+    r = harness.broker.send(Message(T, b"x"))
+    m = pull_one(c)
+    harness.advance(4_000)
+    assert c.extend(m, 10_000) is True  # now invisible until 14 s after the pull
+    harness.advance(9_999)
+    assert_nothing(c)
+    assert state_of(harness, r.msg_id) is MessageState.INFLIGHT
+    assert c.ack(m) is True
+    harness.advance(60_000)
+    assert_nothing(c)
+    assert state_of(harness, r.msg_id) is MessageState.DONE
+
+
+def test_an_extended_message_comes_back_when_the_extension_passes(harness: Harness) -> None:
+    c = harness.consumer("g", [T], invisible_ms=5_000)
+    r = harness.broker.send(Message(T, b"x"))
+    m = pull_one(c)
+    assert c.extend(m, 20_000) is True
+    harness.advance(19_999)
+    assert_nothing(c)
+    harness.advance(2)
+    again = pull_one(c)
+    assert (again.msg_id, again.attempts) == (r.msg_id, 2)
+    assert c.ack(m) is False
+
+
+def test_extend_of_a_message_not_in_flight_is_false(harness: Harness) -> None:
+    c = harness.consumer("g", [T], invisible_ms=5_000)
+    harness.broker.send(Message(T, b"x"))
+    harness.broker.send(Message(T, b"y", delay_ms=1_000))
+    acked = pull_one(c)
+    assert c.ack(acked)
+    assert c.extend(acked, 10_000) is False
+    harness.advance(1_000)
+    expired = pull_one(c)
+    harness.advance(5_001)
+    again = pull_one(c)  # its invisible time passed: it went back and came again
+    assert again.attempts == 2
+    assert c.extend(expired, 10_000) is False
+    assert c.extend(again, 10_000) is True
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, None, True])
+def test_extend_with_a_bad_time_is_invalid_and_changes_nothing(harness: Harness,
+                                                               bad: Any) -> None:
+    c = harness.consumer("g", [T], invisible_ms=5_000)
+    harness.broker.send(Message(T, b"x"))
+    m = pull_one(c)
+    with pytest.raises(InvalidArgument):
+        c.extend(m, bad)
+    harness.advance(5_001)
+    assert pull_one(c).attempts == 2  # the original invisible time still applied
+
+
+def test_release_redelivers_with_the_same_attempts(harness: Harness) -> None:
+    c = harness.consumer("g", [T])
+    r = harness.broker.send(Message(T, b"x"))
+    m = pull_one(c)
+    assert c.release(m) is True
+    assert c.ack(m) is False
+    again = pull_one(c)  # default delay 0: back at once
+    assert (again.msg_id, again.attempts, again.body) == (r.msg_id, 1, b"x")
+    assert c.release(again, delay_ms=5_000) is True
+    wait_state(harness, r.msg_id, MessageState.PENDING)
+    harness.advance(4_999)
+    assert_nothing(c)
+    harness.advance(1)
+    third = pull_one(c)
+    assert (third.msg_id, third.attempts) == (r.msg_id, 1)
+    assert c.ack(third) is True
+
+
+def test_release_never_dead_letters(harness: Harness) -> None:
+    c = harness.consumer("g", [T], max_attempts=1)
+    r = harness.broker.send(Message(T, b"x"))
+    for _ in range(3):
+        assert c.release(pull_one(c)) is True
+    last = pull_one(c)
+    assert (last.msg_id, last.attempts) == (r.msg_id, 1)
+    assert c.nack(last, delay_ms=0) is True  # a real failure on the last attempt
+    wait_state(harness, r.msg_id, MessageState.DEAD)
+
+
+def test_release_of_a_message_not_in_flight_is_false(harness: Harness) -> None:
+    c = harness.consumer("g", [T])
+    harness.broker.send(Message(T, b"x"))
+    m = pull_one(c)
+    assert c.ack(m)
+    assert c.release(m) is False
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, None, True])
+def test_release_with_a_bad_delay_is_invalid_and_changes_nothing(harness: Harness,
+                                                                 bad: Any) -> None:
+    c = harness.consumer("g", [T], invisible_ms=5_000)
+    harness.broker.send(Message(T, b"x"))
+    m = pull_one(c)
+    with pytest.raises(InvalidArgument):
+        c.release(m, bad)
+    assert c.ack(m) is True
+
+
 def test_dead_letter_moves_the_message_at_once(harness: Harness) -> None:
     c = harness.consumer("g", [T])
     r = harness.broker.send(Message(T, b"x"))
@@ -1145,6 +1251,8 @@ def test_consumer_close_twice_is_harmless_and_calls_after_raise(harness: Harness
         lambda: c.ack(m),
         lambda: c.nack(m),
         lambda: c.dead_letter(m, "x"),
+        lambda: c.extend(m, 1_000),
+        lambda: c.release(m),
     ):
         with pytest.raises(BrokerClosed):
             call()
