@@ -185,7 +185,8 @@ class RemoteBroker(BrokerAdapter):
                 last, avoid = e, index
                 log.info("%s to %s failed (%s); retrying", op, ep.address, e)
                 continue
-            self.fault.update(index, (time.monotonic() - t0) * 1000)
+            if self.multi:  # latencies only matter when there is a choice
+                self.fault.update(index, (time.monotonic() - t0) * 1000)
             return ep, result
         raise ConnectionFailed(f"{op} failed within {self.send_timeout_ms} ms and "
                                f"{self.retries} retries: {last or 'timed out'}")

@@ -100,7 +100,7 @@ class Connection:
     # -- the reader thread -------------------------------------------------------------------
 
     def _run(self) -> None:
-        reader = FrameReader(self.sock, self.server.max_frame)
+        reader = P.FrameReader(self.sock, self.server.max_frame)
         try:
             self.sock.settimeout(HELLO_TIMEOUT_S)
             frames = reader.frames()
@@ -138,7 +138,7 @@ class Connection:
         self.write(P.response(req.rid, self.server.hello_info()))
         return True
 
-    def _serve(self, reader: FrameReader, frames: list[bytes]) -> None:
+    def _serve(self, reader: P.FrameReader, frames: list[bytes]) -> None:
         """Answer requests chunk by chunk: all frames one ``recv`` brought are run in
         order, consecutive sends as one write batch (group commit), and their answers
         go out in one write."""
@@ -283,42 +283,6 @@ class Connection:
 def _frame(rid: int, outcome: tuple[bool, Any]) -> bytes:
     ok, value = outcome
     return P.response(rid, value) if ok else P.error_response(rid, value)
-
-
-class FrameReader:
-    """Reads whole frames off a socket, as many as each ``recv`` completes."""
-
-    def __init__(self, sock: socket.socket, limit: int) -> None:
-        self._sock = sock
-        self._limit = limit
-        self._buf = bytearray()
-
-    def frames(self) -> list[bytes] | None:
-        """Wait for at least one whole frame; every whole frame buffered now, or
-        ``None`` at a clean end of stream.
-
-        :raises ProtocolError: for a bad length, or a stream cut inside a frame.
-        """
-        buf, limit, unpack = self._buf, self._limit, P.HEADER.unpack_from
-        while True:
-            out = []
-            pos, n = 0, len(buf)
-            while n - pos >= 4:
-                length = P.check_length(unpack(buf, pos)[0], limit)
-                if n - pos - 4 < length:
-                    break
-                out.append(bytes(buf[pos + 4:pos + 4 + length]))
-                pos += 4 + length
-            if pos:
-                del buf[:pos]
-            if out:
-                return out
-            data = self._sock.recv(256 * 1024)
-            if not data:
-                if buf:
-                    raise P.ProtocolError("connection closed inside a frame")
-                return None
-            buf += data
 
 
 def _batch_item(outcome: tuple[bool, Any]) -> list[Any]:

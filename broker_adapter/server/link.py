@@ -1,10 +1,15 @@
 """Link: one client connection to one broker server, pipelined.
 
-Any thread may send a request; a reader thread matches answers to requests by
-id, so many requests (a long poll among them) share one socket. A sync call
-waits on a bare lock (the cheapest wake-up CPython has); an async call gets a
-completion function, run on the reader thread. When the socket breaks, every
-waiting request fails with :class:`ConnectionFailed` and the link is dead.
+Any thread may send a request; answers are matched to requests by id, so many
+requests (a long poll among them) share one socket. Reading the socket is a
+*role* one thread holds at a time (leader/follower): a sync call whose thread
+finds nobody reading reads itself, delivering any other answers it meets on the
+way, so a lone caller pays no thread hand-off (the hand-off cost more than the
+server's work per send). A sync call that finds the role taken waits on a bare
+lock for the reader to deliver its answer. A background reader thread takes the
+role when answers are awaited and no caller reads (async sends, callers that
+timed out). When the socket breaks, every waiting request fails with
+:class:`ConnectionFailed` and the link is dead.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +36,9 @@ log.addHandler(logging.NullHandler())
 
 #: ``done(result, error)``: exactly one of them is not ``None`` (a result may be ``None``).
 Done = Callable[[Any, BaseException | None], None]
+
+#: Longest a reader waits in one receive before it looks at its deadline again.
+READ_SLICE_S = 0.02
 
 
 class RequestTimeout(ConnectionFailed):
@@ -71,16 +81,18 @@ class Link:
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._rids = itertools.count(1)
         self._pending: dict[int, Done] = {}
-        self._lock = threading.Lock()  # guards _pending, _alive and socket writes
+        self._lock = threading.Lock()  # guards _pending, _alive, _reading and socket writes
+        self._reader_wanted = threading.Condition(self._lock)
+        self._reading = False  # a thread holds the read role
         self._alive = True
         self._error: ChronoqError | None = None
-        self._rfile = self._sock.makefile("rb", buffering=256 * 1024)
+        self._frames = P.FrameReader(self._sock)
         try:
             self._sock.sendall(P.request(0, "hello", {"v": P.VERSION, "token": token}))
-            answer = self._read_frame()
+            answer = self._frames.frames()
             if answer is None:
                 raise ConnectionFailed(f"{self.address} closed the connection at hello")
-            resp = P.decode_response(answer)
+            resp = P.decode_response(answer[0])
         except (OSError, P.ProtocolError) as e:
             self._abandon()
             raise ConnectionFailed(f"hello to {self.address} failed: {e}") from e
@@ -97,14 +109,18 @@ class Link:
         self.node: str = str(self.info.get("node", ""))
         self.max_body: int = int(self.info.get("max_body", 4 * 1024 * 1024))
         self.max_frame: int = int(self.info.get("max_frame", P.MAX_FRAME))
+        # A blocking socket whose receives (only) give up after a short while, so a
+        # reader with a deadline needs no poll call per read. (A socket timeout would
+        # also bound other threads' sendall, and could cut a frame in half.)
         self._sock.settimeout(None)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                              struct.pack("ll", 0, int(READ_SLICE_S * 1e6)))
         self._reader = threading.Thread(target=self._read_loop, daemon=True,
                                         name=f"chronoq-link-{self.address}")
         self._reader.start()
 
     def _abandon(self) -> None:
         self._alive = False
-        self._rfile.close()
         self._sock.close()
 
     @property
@@ -112,44 +128,80 @@ class Link:
         """Whether the link still works."""
         return self._alive
 
-    def _read_frame(self) -> bytes | None:
-        header = self._rfile.read(4)
-        if len(header) < 4:
-            return None
-        length = P.check_length(P.HEADER.unpack(header)[0], P.MAX_FRAME)
-        payload: bytes = self._rfile.read(length)
-        return payload if len(payload) == length else None
+    # -- reading -----------------------------------------------------------------------------
 
     def _read_loop(self) -> None:
-        error: ChronoqError = ConnectionFailed(f"the broker server at {self.address} "
-                                               "closed the connection")
+        """The background reader: reads while answers are awaited and nobody else does."""
+        while True:
+            with self._lock:
+                while self._alive and (self._reading or not self._pending):
+                    self._reader_wanted.wait()
+                if not self._alive:
+                    return
+                self._reading = True
+            try:
+                self._read_once(None)
+            finally:
+                self._release_role()
+
+    def _take_role(self) -> bool:
+        """Become the reader if nobody is."""
+        with self._lock:
+            if self._reading or not self._alive:
+                return False
+            self._reading = True
+            return True
+
+    def _release_role(self) -> None:
+        with self._lock:
+            self._reading = False
+            if self._pending:
+                self._reader_wanted.notify()
+
+    def _read_once(self, deadline: float | None) -> None:
+        """Holding the read role: wait for data (about :data:`READ_SLICE_S` at most,
+        none past ``deadline``, a monotonic time), read it and deliver every whole
+        answer. A broken or closed stream fails the link."""
         try:
-            while True:
-                payload = self._read_frame()
-                if payload is None:
-                    break
-                resp = P.decode_response(payload)
-                with self._lock:
-                    done = self._pending.pop(resp.rid, None)
-                if done is None:
-                    continue  # answer to a call that timed out
-                if resp.ok:
-                    done(resp.result, None)
-                else:
-                    done(None, P.decode_error(resp.result))
+            frames = self._frames.take()
+            if not frames:
+                if deadline is not None and deadline <= time.monotonic():
+                    return
+                try:
+                    more = self._frames.fill()
+                except BlockingIOError:
+                    return  # nothing within READ_SLICE_S: let the caller check its deadline
+                if not more:
+                    self._fail(ConnectionFailed(f"the broker server at {self.address} "
+                                                "closed the connection"))
+                    return
+                frames = self._frames.take()
+            for payload in frames:
+                self._deliver(P.decode_response(payload))
         except P.ProtocolError as e:
-            error = ConnectionFailed(f"bad answer from {self.address}: {e}")
+            self._fail(ConnectionFailed(f"bad answer from {self.address}: {e}"))
         except OSError as e:
-            error = ConnectionFailed(f"connection to {self.address} broke: {e}")
+            self._fail(ConnectionFailed(f"connection to {self.address} broke: {e}"))
+
+    def _deliver(self, resp: P.Response) -> None:
+        with self._lock:
+            done = self._pending.pop(resp.rid, None)
+        if done is None:
+            return  # answer to a call that timed out
+        try:
+            if resp.ok:
+                done(resp.result, None)
+            else:
+                done(None, P.decode_error(resp.result))
         except Exception:
-            log.exception("reader of %s failed", self.address)
-        self._fail(error)
+            log.exception("completion of request %d raised", resp.rid)
 
     def _fail(self, error: ChronoqError) -> None:
         with self._lock:
             self._alive = False
-            self._error = error
+            self._error = self._error or error
             pending, self._pending = self._pending, {}
+            self._reader_wanted.notify_all()
         for done in pending.values():
             try:
                 done(None, error)
@@ -160,12 +212,20 @@ class Link:
         except OSError:
             pass
 
+    # -- requests ----------------------------------------------------------------------------
+
     def submit(self, op: str, args: dict[str, Any], done: Done) -> int:
-        """Send a request; ``done`` hears its answer on the reader thread. Its id.
+        """Send a request; ``done`` hears its answer on whichever thread reads it. Its id.
 
         :raises ConnectionFailed: when the link is dead (``done`` is not called).
         """
-        data = None
+        rid = self._submit(op, args, done)
+        with self._lock:
+            if not self._reading:
+                self._reader_wanted.notify()
+        return rid
+
+    def _submit(self, op: str, args: dict[str, Any], done: Done) -> int:
         with self._lock:
             if not self._alive:
                 raise self._error or ConnectionFailed(f"link to {self.address} is closed")
@@ -180,10 +240,12 @@ class Link:
                 self._sock.sendall(data)
             except OSError as e:
                 self._pending.pop(rid, None)
-                failed = ConnectionFailed(f"send to {self.address} failed: {e}")
-                self._alive, self._error = False, failed
-                raise failed from e
-        return rid
+                cause = e
+            else:
+                return rid
+        failed = ConnectionFailed(f"send to {self.address} failed: {cause}")
+        self._fail(failed)  # the requests already waiting fail too
+        raise failed from cause
 
     def call(self, op: str, args: dict[str, Any], timeout_s: float) -> Any:
         """Send a request and wait for its result.
@@ -192,15 +254,30 @@ class Link:
         :raises ChronoqError: the error the server answered.
         """
         waiter = _Waiter()
-        rid = self.submit(op, args, waiter)
-        if not waiter.lock.acquire(timeout=timeout_s):
+        deadline = time.monotonic() + timeout_s
+        rid = self._submit(op, args, waiter)
+        answered = waiter.lock.acquire
+        while not answered(blocking=False):
+            if self._take_role():
+                try:
+                    self._read_once(deadline)
+                finally:
+                    self._release_role()
+                if time.monotonic() < deadline:
+                    continue
+            else:
+                # Someone else reads; wake now and then to take the role if it frees.
+                remaining = deadline - time.monotonic()
+                if remaining > 0 and answered(timeout=min(remaining, 0.05)):
+                    break
+                if remaining > 0:
+                    continue
             with self._lock:
                 self._pending.pop(rid, None)
-            if waiter.lock.acquire(blocking=False):  # answered just now
-                pass
-            else:
-                raise RequestTimeout(f"no answer from {self.address} to {op} within "
-                                     f"{timeout_s:.3g} s")
+            if answered(blocking=False):  # answered just now
+                break
+            raise RequestTimeout(f"no answer from {self.address} to {op} within "
+                                 f"{timeout_s:.3g} s")
         if waiter.error is not None:
             raise waiter.error
         return waiter.result
@@ -210,12 +287,13 @@ class Link:
         with self._lock:
             was_alive = self._alive
             self._alive = False
+            self._reader_wanted.notify_all()
         if was_alive:
             try:
                 self._sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        self._fail(ConnectionFailed(f"link to {self.address} is closed"))
         if self._reader is not threading.current_thread():
             self._reader.join(timeout=5)
-        self._rfile.close()
         self._sock.close()
