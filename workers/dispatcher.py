@@ -28,7 +28,11 @@ are not retried (the next occurrence is the retry): a failed one is
 dead-lettered with its error, so it stays visible.
 
 Flow control: at most ``prefetch + max_workers`` jobs are held at once (pulled,
-queued or running), and the consumer is opened with that ``max_inflight``.
+queued or running). A job handed to a system that runs it on its own (a
+:class:`~workers.executors.base.Handoff`, e.g. published to Celery) frees its
+slot at once; its message stays in flight until the outcome settles it, and at
+most ``max_awaiting`` such outcomes are awaited at once (pulls wait beyond that).
+The consumer is opened with ``max_inflight`` = slots + ``max_awaiting``.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from scheduler.errors import JobNotFound
 from scheduler.jobcall import JobCall
 from scheduler.spec import CRON_KEY_PREFIX, parse_cron_key
 from workers.context import JobContext, JobTimeout, reset_current, set_current
-from workers.executors.base import Executor, JobNotStarted, registered_executors
+from workers.executors.base import Executor, Handoff, JobNotStarted, registered_executors
 from workers.executors.local import LocalExecutor
 from workers.outcomes import Settler, describe_error, log_run
 from workers.routing import skip_reason, topics_for
@@ -57,6 +61,10 @@ from workers.runs import App, CronGate, Run
 
 if TYPE_CHECKING:
     from workers.trace import DeliveryTrace
+
+
+#: Default bound on handed-off jobs whose outcome a dispatcher awaits.
+DEFAULT_MAX_AWAITING = 10_000
 
 
 def _wall_ms() -> float:
@@ -81,6 +89,9 @@ class Dispatcher:
     :param trace: where to record each delivery (:mod:`workers.trace`); ``None``: off.
         Which topics it joins and which jobs it leaves to another group follow
         :mod:`workers.routing` (Spark jobs run in their own dispatcher).
+    :param max_awaiting: most handed-off jobs (:class:`~workers.executors.base.Handoff`)
+        whose outcome is awaited at once; each keeps its message in flight, so
+        their outcome should come within the invisible time.
     """
 
     def __init__(
@@ -94,6 +105,7 @@ class Dispatcher:
         invisible_ms: int | None = None,
         drain_timeout_s: float = 30.0,
         trace: DeliveryTrace | None = None,
+        max_awaiting: int = DEFAULT_MAX_AWAITING,
     ) -> None:
         settings = app.settings
         self.app = app
@@ -107,6 +119,7 @@ class Dispatcher:
             else dict(executors)
         )
         self.capacity = self.prefetch + settings.max_workers
+        self.max_awaiting = max(1, max_awaiting)
         self.clock = clock or app.clock
         self._clock_ms = _wall_ms if isinstance(self.clock, SystemClock) else self.clock.now_ms
         self.invisible_ms = invisible_ms
@@ -117,7 +130,8 @@ class Dispatcher:
         self._topics: list[str] = []
         self._settler: Settler | None = None
         self._cv = threading.Condition(threading.Lock())
-        self._threads = 0  # job bodies submitted and not yet returned
+        self._threads = 0  # job bodies submitted and not yet returned (or handed off)
+        self._awaiting = 0  # handed-off jobs whose outcome has not come yet
         self._runs: set[Run] = set()  # runs whose message is not settled yet
         self._timed: set[Run] = set()  # ... of those, the ones with a timeout
         self._crons = CronGate(app.registry)
@@ -141,7 +155,7 @@ class Dispatcher:
                 self._topics,
                 invisible_ms=invisible,
                 max_attempts=max((s.max_attempts for s in specs), default=16),
-                max_inflight=self.capacity,
+                max_inflight=self.capacity + self.max_awaiting,
             )
             self._settler = Settler(self._consumer, self._log)
             self._log.info(
@@ -256,7 +270,7 @@ class Dispatcher:
             wait_ms = min(wait_ms, self._check_timeouts())
         with self._cv:
             room = self.capacity - self._threads
-            if room <= 0:
+            if room <= 0 or self._awaiting >= self.max_awaiting:
                 self._cv.wait(wait_ms / 1000)
                 return -1
         assert self._consumer is not None
@@ -376,11 +390,28 @@ class Dispatcher:
         return True
 
     def _done(self, run: Run, job: JobContext, fut: Future[Any]) -> None:
+        if not fut.cancelled() and fut.exception() is None:
+            handoff = fut.result()
+            if isinstance(handoff, Handoff):  # runs elsewhere now: free the slot, await
+                with self._cv:
+                    self._threads -= 1
+                    self._awaiting += 1
+                    self._cv.notify_all()
+                handoff.outcome.add_done_callback(partial(self._finish, run, job, False))
+                return
+        self._finish(run, job, True, fut)
+
+    def _finish(self, run: Run, job: JobContext, slot: bool, fut: Future[Any]) -> None:
+        """Settle ``run`` from ``fut`` (the executor's future, ``slot``: it still holds
+        a slot; or a handoff's outcome)."""
         cancelled = fut.cancelled()
         exc = None if cancelled else fut.exception()
         nxt: int | None = None
         with self._cv:
-            self._threads -= 1
+            if slot:
+                self._threads -= 1
+            else:
+                self._awaiting -= 1
             self._cv.notify_all()
             occ = run.occurrences
             if not run.settled and exc is None and not cancelled and occ and job.fire_ms != occ[-1]:
@@ -478,4 +509,4 @@ class Dispatcher:
         return max(1, int(wait * 1000))
 
 
-__all__ = ["App", "Dispatcher"]
+__all__ = ["DEFAULT_MAX_AWAITING", "App", "Dispatcher"]

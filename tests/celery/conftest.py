@@ -53,11 +53,13 @@ class CeleryWorker:
 
     :param url: broker and result backend.
     :param visibility_s: the Redis transport's ``visibility_timeout``.
+    :param concurrency: worker threads.
     """
 
-    def __init__(self, url: str, *, visibility_s: float = 3600) -> None:
+    def __init__(self, url: str, *, visibility_s: float = 3600, concurrency: int = 2) -> None:
         self.url = url
         self.visibility_s = visibility_s
+        self.concurrency = concurrency
         self.proc: subprocess.Popen[str] | None = None
         self.lines: list[str] = []
         self._ready = threading.Event()
@@ -71,7 +73,7 @@ class CeleryWorker:
             PYTHONPATH=str(ROOT),
         )
         self.proc = subprocess.Popen(
-            [CELERY, "-A", "tests.celery.jobs", "worker", "--pool=threads", "-c", "2",
+            [CELERY, "-A", "tests.celery.jobs", "worker", "--pool=threads", "-c", str(self.concurrency),
              "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
@@ -124,10 +126,21 @@ class Chronoq:
 
     :param data_dir: the embedded broker's directory.
     :param url: the Celery broker and result backend.
+    :param max_workers: and ``prefetch``: the dispatcher's slots are their sum.
     """
 
-    def __init__(self, data_dir: Path, url: str, *, visibility_s: float = 3600) -> None:
-        self.scheduler = Scheduler(f"rocksdb://{data_dir}", max_workers=4, prefetch=64)
+    def __init__(
+        self,
+        data_dir: Path,
+        url: str,
+        *,
+        visibility_s: float = 3600,
+        max_workers: int = 4,
+        prefetch: int = 64,
+    ) -> None:
+        self.scheduler = Scheduler(
+            f"rocksdb://{data_dir}", max_workers=max_workers, prefetch=prefetch
+        )
         jobs.define(self.scheduler)
         self.celery = celery_app_for(self.scheduler, url, **jobs.celery_conf(visibility_s))
         self.dispatcher: Dispatcher | None = None

@@ -6,6 +6,11 @@ the job (on a thread pool, a Celery worker, a Spark session...) and returns a
 exception. The dispatcher does everything else (ack, retry, dead letters,
 timeouts), so an executor stays a few lines long.
 
+An executor that hands the job to another system which runs it on its own
+(Celery) completes the future with a :class:`Handoff` as soon as the handoff is
+accepted: the dispatcher then frees the job's slot at once and settles the
+message when ``Handoff.outcome`` completes, as it would for the job's own future.
+
 Executors that run the body in this process should run it in a copy of the
 submitting :mod:`contextvars` context through :func:`workers.context.run_job`,
 so the job sees :func:`workers.current_job` and its start time is recorded.
@@ -60,6 +65,23 @@ class JobNotStarted(ChronoqError):
         super().__init__(f"job of msg {msg_id} not started: {why}")
 
 
+class Handoff:
+    """The result of an executor future whose job now runs elsewhere (e.g. published
+    to Celery): the dispatcher's slot is free, the message stays in flight.
+
+    :param outcome: completes with the job's return value or exception, as the
+        executor future would have; cancelled: the job never ran.
+    """
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, outcome: Future[Any]) -> None:
+        self.outcome = outcome
+
+    def __repr__(self) -> str:
+        return f"<Handoff outcome={self.outcome!r}>"
+
+
 _APP_EXECUTORS: weakref.WeakKeyDictionary[Any, dict[str, Callable[[], Executor]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -77,4 +99,4 @@ def registered_executors(app: Any) -> dict[str, Executor]:
     return {name: make() for name, make in _APP_EXECUTORS.get(app, {}).items()}
 
 
-__all__ = ["Executor", "JobNotStarted", "register_executor", "registered_executors"]
+__all__ = ["Executor", "Handoff", "JobNotStarted", "register_executor", "registered_executors"]

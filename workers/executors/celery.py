@@ -13,25 +13,35 @@ publish (see :func:`publish` for why it does not call it)::
 Jobs scheduled with :func:`workers.celery_app.schedule_task` publish the user's
 own task instead: ``send_task(task.name, args, kwargs, task_id=msg_id)``.
 
-**Idempotency.** The Celery task id *is* the chronoq message id. A redelivered
-message (invisible time passed, dispatcher crash) publishes the same id again,
-after looking at the result backend: a task already ``SUCCESS`` is not published
-again (the message is just acked); one still ``STARTED`` or ``RETRY`` is waited
-for, not published; one that ``FAILURE``-d is forgotten and published again
-(that is chronoq's retry).
+**Idempotency.** The Celery task id *is* the chronoq message id. Before each
+publish the executor looks the id up in the result backend (one ``MGET`` per
+publish batch; with ``track_results``), so a redelivered message (invisible time
+passed, dispatcher or broker crash: a message re-read after a crash comes with
+``attempts`` 1 again) never starts a second run: a task already ``SUCCESS`` is
+not published again (the message is just acked); one still ``STARTED`` or
+``RETRY`` is waited for, not published; one that ``FAILURE``-d is forgotten and
+published again (that is chronoq's retry).
 
-**Outcome path (no change to the broker contract).** With ``track_results=True``
-(the default) the future the dispatcher waits on completes only when the task's
-outcome reaches the Celery result backend (see
-:mod:`workers.executors.celery_results`). So the chronoq message stays
-``INFLIGHT`` while Celery runs it, and ``query(msg_id)`` / ``JobHandle.get``
-shows ``DONE`` after success, ``PENDING`` with the error while a retry waits,
-``DEAD`` with the error after the last attempt: the dispatcher settles it as it
-does a local job. A task that is slower than the dispatcher's invisible time
-(60 s unless a job ``timeout`` raises it) is redelivered, finds the task
-``STARTED`` and keeps waiting. A Celery job holds one dispatcher slot
-(``prefetch + max_workers``) from its fire until its outcome: raise ``prefetch``
-to at least fire rate x task duration.
+**Outcome path: the slot is freed at publish, the message waits for the outcome.**
+The future :meth:`CeleryExecutor.submit` returns completes as soon as the Celery
+broker accepted the publish. With ``track_results=True`` (the default) its result
+is a :class:`~workers.executors.base.Handoff`: the dispatcher frees the job's slot
+at once (so Celery throughput is not capped by ``prefetch + max_workers``) and
+keeps the chronoq message ``INFLIGHT`` until ``Handoff.outcome`` completes from
+the Celery result backend (see :mod:`workers.executors.celery_results`); then it
+settles the message as it does a local job's: ``query(msg_id)`` /
+``JobHandle.get`` shows ``DONE`` after success, ``PENDING`` with the error while
+a retry waits, ``DEAD`` with the error after the last attempt. At most
+``Dispatcher(max_awaiting=...)`` outcomes (default 10,000) are awaited at once.
+
+Nothing is lost if the dispatcher dies while it waits: the message is still in
+flight in chronoq and comes back after its invisible time (60 s unless a job
+``timeout`` raises it), to this dispatcher or another; the redelivery looks the
+task id up (above) and acks a ``SUCCESS`` without publishing, waits for a
+``STARTED`` task, and retries a ``FAILURE``. The one gap: a task still queued in
+Celery (``PENDING``, not started) when its message comes back is published a
+second time under the same id, so keep Celery's queue wait well below the
+invisible time.
 
 **Who retries: chronoq.** A failed task is retried by the dispatcher's nack with
 the job's :class:`~scheduler.spec.RetryPolicy` (``retry_on``, backoff,
@@ -69,8 +79,8 @@ from broker_adapter.results import ReceivedMessage
 from scheduler.jobcall import JobCall
 from scheduler.spec import JobSpec, parse_cron_key
 from workers.context import JobContext, find_current_job
-from workers.executors.base import JobNotStarted
-from workers.executors.celery_results import READY_STATES, ResultWatcher
+from workers.executors.base import Handoff, JobNotStarted
+from workers.executors.celery_results import READY_STATES, ResultWatcher, close_thread_backend
 
 #: The generic Celery task that runs a chronoq job by name (see :mod:`workers.celery_app`).
 RUN_TASK = "chronoq.run"
@@ -94,6 +104,8 @@ class _Publish:
     options: dict[str, Any]
     attempt: int
     job: JobContext | None
+    #: Completed from the result backend (``track_results``), else ``None``.
+    outcome: Future[Any] | None
 
 
 def task_message(
@@ -167,15 +179,18 @@ class CeleryExecutor:
 
     def submit(self, spec: JobSpec, call: JobCall, message: ReceivedMessage) -> Future[Any]:
         """See :meth:`workers.executors.base.Executor.submit`: the future completes
-        with the task's result (or exception), or when the publish is accepted
-        without ``track_results``; with :class:`JobNotStarted` if it failed."""
+        once the Celery broker accepted the publish, with a :class:`Handoff` whose
+        outcome is the task's result or exception (``None`` without
+        ``track_results``); with :class:`JobNotStarted` if the publish failed; with
+        the stored result at once when a redelivered task already succeeded."""
         job = find_current_job()
         due_ms = job.due_ms if job is not None else message.deliver_at_ms
         name, args, kwargs = task_message(spec, call, message, due_ms)
         options = {"queue": spec.queue} if spec.queue else {}
         fut: Future[Any] = Future()
         task_id = task_id_for(message, job)
-        item = _Publish(fut, task_id, name, args, kwargs, options, message.attempts, job)
+        outcome: Future[Any] | None = Future() if self.track_results else None
+        item = _Publish(fut, task_id, name, args, kwargs, options, message.attempts, job, outcome)
         with self._lock:
             if self._closed:
                 raise RuntimeError("this CeleryExecutor is shut down")
@@ -206,6 +221,12 @@ class CeleryExecutor:
     # -- the publisher thread -----------------------------------------------------------
 
     def _publisher(self) -> None:
+        try:
+            self._publish_loop()
+        finally:
+            close_thread_backend(self.celery_app)
+
+    def _publish_loop(self) -> None:
         q = self._queue
         while True:
             item = q.get()
@@ -226,9 +247,7 @@ class CeleryExecutor:
                 self._publish(batch)
             except Exception as e:  # noqa: BLE001 - never let the thread die with runs queued
                 _log.exception("celery publisher: unexpected error")
-                for p in batch:
-                    if not p.fut.done():
-                        p.fut.set_exception(JobNotStarted(p.task_id, str(e)))
+                self._failed([p for p in batch if not p.fut.done()], e, what="publisher")
             if stop:
                 break
         while True:  # shut down: what is still queued never started
@@ -245,8 +264,9 @@ class CeleryExecutor:
             return
         if self.track_results:
             live = self._skip_known(live)
-            for p in live:
-                self.watcher.watch(p.task_id, p.fut)
+            for p in live:  # before the publish: a fast outcome must not be missed
+                assert p.outcome is not None
+                self.watcher.watch(p.task_id, p.outcome)
         if not live:
             return
         for p in live:
@@ -264,23 +284,21 @@ class CeleryExecutor:
             self._failed(live, e)
             return
         self.published += len(live)
-        if not self.track_results:
-            for p in live:
-                p.fut.set_result(None)
+        for p in live:
+            p.fut.set_result(None if p.outcome is None else Handoff(p.outcome))
 
     def _skip_known(self, live: list[_Publish]) -> list[_Publish]:
-        """Drop the redeliveries whose task Celery already has (see the module docstring)."""
-        again = [p for p in live if p.attempt > 1]
-        if not again:
-            return live
+        """Drop the runs whose task Celery already has (see the module docstring): one
+        ``MGET`` per batch, also for first attempts, since a message re-read after a
+        crash of the embedded broker comes with ``attempts`` 1 again."""
         try:
-            metas = self.watcher.lookup(p.task_id for p in again)
+            metas = self.watcher.lookup(p.task_id for p in live)
         except Exception as e:  # noqa: BLE001 - backend down: do not publish blindly
-            self._failed(again, e, what="result backend")
-            return [p for p in live if p.attempt <= 1]
+            self._failed(live, e, what="result backend")
+            return []
         keep: list[_Publish] = []
         for p in live:
-            meta = metas.get(p.task_id) if p.attempt > 1 else None
+            meta = metas.get(p.task_id)
             state = None if meta is None else meta.get("status")
             if state is None or state == "PENDING":
                 keep.append(p)
@@ -292,7 +310,9 @@ class CeleryExecutor:
                 keep.append(p)
             else:  # STARTED, RETRY, RECEIVED: it runs; wait for it instead of a second run
                 _log.info("celery task %s is %s; waiting for it, not publishing", p.task_id, state)
-                self.watcher.watch(p.task_id, p.fut)
+                assert p.outcome is not None
+                self.watcher.watch(p.task_id, p.outcome)
+                p.fut.set_result(Handoff(p.outcome))
         return keep
 
     def _failed(self, runs: list[_Publish], exc: BaseException, what: str = "broker") -> None:
@@ -312,7 +332,8 @@ class CeleryExecutor:
         )
         reason = f"celery {what} {how}: {type(exc).__name__}: {exc}"
         for p in runs:
-            self.watcher.unwatch(p.task_id, p.fut)
+            if p.outcome is not None:
+                self.watcher.unwatch(p.task_id, p.outcome)
             if not p.fut.done():
                 p.fut.set_exception(JobNotStarted(p.task_id, reason))
 

@@ -181,6 +181,7 @@ class ResultWatcher:
                     )
                 broken = True
                 self._stop.wait(1.0)
+        close_thread_backend(self.celery_app)
 
     def _listen(self, client: Any) -> None:
         """Subscribe, sweep once, then read state changes until stopped or broken."""
@@ -219,6 +220,19 @@ class ResultWatcher:
             self._resolve(task_id, meta)
 
 
+def close_thread_backend(celery_app: Any) -> None:
+    """Disconnect this thread's own result-backend connections (Celery keeps one
+    backend per thread unless it is thread-safe), so none is left to the GC."""
+    backend = celery_app._backend  # this thread's backend, without creating one
+    if backend is None or getattr(backend, "thread_safe", False):
+        return
+    client = backend.__dict__.get("client")  # a cached_property: only if it was made
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        with contextlib.suppress(Exception):
+            pool.disconnect()
+
+
 def _key_prefix(backend: Any) -> bytes:
     prefix = getattr(backend, "task_keyprefix", None)
     if isinstance(prefix, str):
@@ -251,4 +265,10 @@ def _metas(backend: Any, ids: list[str]) -> list[dict[str, Any] | None]:
     return out
 
 
-__all__ = ["READY_STATES", "CeleryTaskFailed", "ResultWatcher", "outcome_error"]
+__all__ = [
+    "READY_STATES",
+    "CeleryTaskFailed",
+    "ResultWatcher",
+    "close_thread_backend",
+    "outcome_error",
+]

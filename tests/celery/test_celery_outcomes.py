@@ -1,0 +1,114 @@
+"""The dispatcher's slot is free once Celery accepted the publish; the chronoq
+message waits in flight for the task's outcome and settles from it, also across
+a dispatcher restart or crash (task id == message id keeps it one run).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from broker_adapter import MessageState
+from tests.celery import jobs
+from tests.celery.conftest import ROOT, CeleryWorker, Chronoq, runs, wait_for
+from workers.executors.celery import CeleryExecutor
+
+pytestmark = pytest.mark.external_service
+
+
+def _state(chronoq: Chronoq, msg_id: str) -> MessageState | None:
+    view = chronoq.scheduler.broker.query(msg_id)
+    return None if view is None else view.state
+
+
+def _release_slow_jobs(url: str) -> None:
+    client = redis.Redis.from_url(url)
+    client.set(jobs.RELEASE, 1)
+    client.close()
+
+
+def test_a_published_job_frees_its_slot_while_its_task_runs(tmp_path: Path, redis_url: str) -> None:
+    # Given a dispatcher with two slots (max_workers=1, prefetch=1) and a roomy worker
+    worker = CeleryWorker(redis_url, concurrency=6).start()
+    chronoq = Chronoq(tmp_path / "data", redis_url, max_workers=1, prefetch=1).start()
+    try:
+        # When three slow tasks (more than the slots) and then a quick one are due
+        slow = [chronoq.handle("t.slow").schedule(f"s{i}") for i in range(3)]
+        quick = chronoq.handle("t.record").schedule("q", delay=0.2)
+        # Then all four were published while the slow ones still run ...
+        wait_for("three slow runs at once", lambda: len(runs(redis_url, "t.slow")) == 3)
+        wait_for("the quick job DONE", lambda: _state(chronoq, quick.msg_id) is MessageState.DONE)
+        # ... and each slow message waits in flight for its task's outcome
+        assert {_state(chronoq, r.msg_id) for r in slow} == {MessageState.INFLIGHT}
+        _release_slow_jobs(redis_url)
+        for r in slow:
+            wait_for("DONE", lambda r=r: _state(chronoq, r.msg_id) is MessageState.DONE)
+        assert sorted(x["task_id"] for x in runs(redis_url, "t.slow")) == sorted(
+            r.msg_id for r in slow
+        )
+    finally:
+        chronoq.close()
+        worker.stop()
+
+
+def test_a_dispatcher_restarted_mid_task_ends_done_exactly_once(
+    tmp_path: Path, redis_url: str, worker: CeleryWorker
+) -> None:
+    # Given a slow task running on the worker, published by a first dispatcher
+    first = Chronoq(tmp_path / "data", redis_url).start()
+    receipt = first.handle("t.slow").schedule("r")
+    wait_for("the run", lambda: runs(redis_url, "t.slow"))
+    # When that dispatcher stops before the outcome (its message is released)
+    first.close()
+    second = Chronoq(tmp_path / "data", redis_url).start()
+    try:
+        # Then the next dispatcher finds the task STARTED and waits instead of publishing
+        assert second.dispatcher is not None
+        wait_for("the redelivery", lambda: second.dispatcher is not None
+                 and second.dispatcher._awaiting == 1)  # fmt: skip
+        _release_slow_jobs(redis_url)
+        wait_for("DONE", lambda: _state(second, receipt.msg_id) is MessageState.DONE)
+        assert [r["task_id"] for r in runs(redis_url, "t.slow")] == [receipt.msg_id]
+        executor = second.dispatcher.executors["celery"]
+        assert isinstance(executor, CeleryExecutor) and executor.published == 0
+    finally:
+        second.close()
+
+
+def test_a_dispatcher_killed_mid_task_ends_done_exactly_once(
+    tmp_path: Path, redis_url: str, worker: CeleryWorker
+) -> None:
+    # Given a dispatcher process (embedded broker in it) whose slow task runs on the worker
+    data = tmp_path / "data"
+    env = dict(os.environ, CHRONOQ_CELERY_BROKER_URL=redis_url, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.celery.dispatcher_proc", str(data), redis_url],
+        cwd=str(ROOT), env=env, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        msg_id = proc.stdout.readline().strip()
+        wait_for("the run", lambda: runs(redis_url, "t.slow"))
+    finally:
+        # When it is killed (SIGKILL: no drain, its message is still in flight)
+        proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    chronoq = Chronoq(data, redis_url).start()
+    try:
+        # Then a new dispatcher on the same data re-reads the message, finds the task
+        # running under the same id, waits for it, and settles the message DONE once
+        _release_slow_jobs(redis_url)
+        wait_for("DONE", lambda: _state(chronoq, msg_id) is MessageState.DONE)
+        assert [r["task_id"] for r in runs(redis_url, "t.slow")] == [msg_id]
+        assert chronoq.dispatcher is not None
+        executor = chronoq.dispatcher.executors["celery"]
+        assert isinstance(executor, CeleryExecutor) and executor.published == 0
+    finally:
+        chronoq.close()
