@@ -66,7 +66,11 @@ class RedisBroker(BrokerAdapter):
     :param client: a ``redis.Redis`` or ``redis.RedisCluster`` (bytes replies).
     :param clock: time source (a ``ManualClock`` in tests).
     :param prefix: prefix of every key and channel.
-    :param shards: due-index shards; every process on one prefix must agree.
+    :param shards: due-index shards; every process on one prefix must agree. Default:
+        :data:`~broker_adapter.redis.keys.DEFAULT_SHARDS` on a Redis Cluster (spread over
+        the masters), :data:`~broker_adapter.redis.keys.SINGLE_SHARDS` on one instance,
+        where scripts run one at a time anyway and every extra shard only adds a fixed
+        cost to each firing pass, pull and ack batch.
     :param max_body_bytes: largest body (plus properties) accepted.
     :param max_delay_ms: the furthest ahead a message may be due.
     :param retention_ms: how long fired messages stay readable (Redis TTL, and the
@@ -82,13 +86,15 @@ class RedisBroker(BrokerAdapter):
         *,
         clock: Clock | None = None,
         prefix: str = K.DEFAULT_PREFIX,
-        shards: int = K.DEFAULT_SHARDS,
+        shards: int | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
         retention_ms: int = DEFAULT_RETENTION_MS,
         fire: bool = True,
         fire_chunk: int = 1000,
     ) -> None:
+        if shards is None:
+            shards = K.DEFAULT_SHARDS if isinstance(client, redis.RedisCluster) else K.SINGLE_SHARDS
         for name, value in (("shards", shards), ("max_body_bytes", max_body_bytes),
                             ("max_delay_ms", max_delay_ms), ("retention_ms", retention_ms),
                             ("fire_chunk", fire_chunk)):

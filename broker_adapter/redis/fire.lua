@@ -14,13 +14,14 @@
 --   B.."rdy:<group>"     zset  + fired / expired messages                 (written)
 --   B.."inf:<group>"     zset  - expired deliveries                       (read, written)
 --   B.."stat"            hash  p|, f|, r|, i| counters                    (written)
--- ARGV: [1] now ms, [2] max entries per shard, [3] retention ms, [4] ready channel,
---       [5] origin; then pairs [shard base, shard number]. "<origin>:<shard>" is
+-- ARGV: [1] now ms, [2] max entries per shard, [3] retention ms, [4] ready channel ("" =
+--       nobody else listens: publish nothing), [5] origin; then triples [shard base, shard
+--       number, 1 = also look at in-flight deadlines (else 0)]. "<origin>:<shard>" is
 --       published on the ready channel for each shard where anything moved.
 -- Returns msgpack array, per shard, of {fired + redelivered, next due or -1, next
--- invisible deadline or -1, more (0/1)}.
+-- invisible deadline or -1 (none, or not looked at), more (0/1)}.
 local now, limit, retention = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local function fire(base, shard)
+local function fire(base, shard, scan)
 local due_key = base .. 'due'
 local items = redis.call('ZRANGEBYSCORE', due_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 local cnt = {}
@@ -75,7 +76,9 @@ for topic, _ in pairs(touched) do
 end
 -- invisible time: expired deliveries go back to ready, deliveries count stays
 local next_deadline = -1
-for _, g in ipairs(redis.call('SMEMBERS', base .. 'groups')) do
+local groups = {}
+if scan == '1' then groups = redis.call('SMEMBERS', base .. 'groups') end
+for _, g in ipairs(groups) do
   local inf = base .. 'inf:' .. g
   local expired = redis.call('ZRANGEBYSCORE', inf, '-inf', now, 'LIMIT', 0, limit)
   for _, n in ipairs(expired) do
@@ -99,12 +102,12 @@ end
 for f, d in pairs(cnt) do
   if d ~= 0 then redis.call('HINCRBY', base .. 'stat', f, d) end
 end
-if moved > 0 then redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. shard) end
+if moved > 0 and ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. shard) end
 local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
 local more = 0
 if #items / 2 >= limit then more = 1 end
 return {moved, head[2] and tonumber(head[2]) or -1, next_deadline, more}
 end
 local results = {}
-for i = 6, #ARGV, 2 do results[#results + 1] = fire(ARGV[i], ARGV[i + 1]) end
+for i = 6, #ARGV, 3 do results[#results + 1] = fire(ARGV[i], ARGV[i + 1], ARGV[i + 2]) end
 return cmsgpack.pack(results)

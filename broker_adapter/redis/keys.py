@@ -1,7 +1,7 @@
 """The Redis keyspace of :class:`~broker_adapter.redis.broker.RedisBroker`.
 
 Everything lives under ``<prefix>:{<tag>}:`` where ``<tag>`` names one of the
-``N`` *shards* (default 12). A shard's keys share one hash tag, so in Redis
+``N`` *shards* (default 12 on Redis Cluster, 1 on one instance). A shard's keys share one hash tag, so in Redis
 Cluster every shard sits in one slot and every script touches one slot only.
 Tags are chosen so shard ``i`` falls in the ``i``-th of ``N`` equal slot bands:
 on a cluster made by ``redis-cli --cluster create`` (equal slot ranges) the
@@ -47,8 +47,12 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 #: Default prefix of every key and channel.
 DEFAULT_PREFIX = "cq"
-#: Default number of due-index shards (divides evenly over 1, 2, 3, 4 or 6 masters).
+#: Default number of due-index shards on Redis Cluster (divides evenly over 1, 2, 3, 4 or
+#: 6 masters).
 DEFAULT_SHARDS = 12
+#: Default number of shards on one instance: Redis runs one script at a time, so more
+#: shards buy no parallelism and cost a fixed amount of work per shard in every pass.
+SINGLE_SHARDS = 1
 MAX_SHARDS = 1024
 
 DUE = "due"

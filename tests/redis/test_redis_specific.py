@@ -35,7 +35,7 @@ def test_malformed_ids_do_not_parse(bad: str) -> None:
 
 
 def test_every_key_of_a_message_shares_its_shard_slot(redis_url: str) -> None:
-    with RedisBroker.from_url(redis_url, clock=ManualClock(START_MS)) as broker:
+    with RedisBroker.from_url(redis_url + "?shards=12", clock=ManualClock(START_MS)) as broker:
         c = broker.consumer("g", ["t"])
         r = broker.send(Message("t", b"x", key="order:1"))
         m = pull_until(c, 1)[0]
@@ -45,16 +45,17 @@ def test_every_key_of_a_message_shares_its_shard_slot(redis_url: str) -> None:
             keys = [k.decode() for k in client.scan_iter("cq:*")]
         finally:
             client.close()
-    shard = int(r.msg_id.split("-")[0])
-    base = K.shard_bases("cq", K.DEFAULT_SHARDS)[shard]
+        base = broker.bases[int(r.msg_id.split("-")[0])]
     mine = [k for k in keys if k.startswith(base)]
     assert {base + "m:" + r.msg_id.split("-")[1], base + "keys", base + "due"} <= set(mine)
     assert {key_slot(k.encode()) for k in mine} == {key_slot((base + "due").encode())}
 
 
-def test_many_firers_fire_each_message_once(redis_url: str) -> None:
+@pytest.mark.parametrize("shards", [1, 12])
+def test_many_firers_fire_each_message_once(redis_url: str, shards: int) -> None:
     clock = ManualClock(START_MS)
-    brokers = [RedisBroker.from_url(redis_url, clock=clock) for _ in range(3)]
+    brokers = [RedisBroker.from_url(f"{redis_url}?shards={shards}", clock=clock)
+               for _ in range(3)]
     try:
         consumer = brokers[0].consumer("g", ["t"])
         sent = {r.msg_id for r in brokers[1].send_batch(
@@ -98,7 +99,7 @@ def test_fired_messages_expire_after_retention_but_pending_ones_never(redis_url:
         try:
             def ttl(msg_id: str) -> int:
                 shard, n = msg_id.split("-")
-                return int(client.pttl(f"{K.shard_bases('cq', 12)[int(shard)]}m:{n}"))
+                return int(client.pttl(f"{broker.bases[int(shard)]}m:{n}"))
 
             assert ttl(later.msg_id) == -1
             assert 0 < ttl(now.msg_id) <= 600_000
@@ -116,6 +117,12 @@ def test_lost_script_cache_is_reloaded(redis_url: str) -> None:
         results = broker.send_batch([Message("t", b"%d" % i) for i in range(30)])
         assert len({r.msg_id for r in results}) == 30
         assert broker.abort(results[0].msg_id).status.name in ("ABORTED", "ALREADY_DELIVERED")
+
+
+def test_one_instance_has_one_shard_and_a_cluster_twelve_by_default(redis_url: str) -> None:
+    with RedisBroker.from_url(redis_url, clock=ManualClock(START_MS)) as broker:
+        assert len(broker.bases) == K.SINGLE_SHARDS == 1
+    assert K.DEFAULT_SHARDS == 12  # the cluster default: see test_cluster
 
 
 def test_url_options_choose_prefix_and_shards(redis_url: str) -> None:
@@ -138,10 +145,10 @@ def test_claims_past_the_limit_go_back_untouched(redis_url: str) -> None:
     """A pull claims in every shard at once; what it may not hand out (past
     ``max_messages``) goes back to ready without counting as a delivery."""
     clock = ManualClock(START_MS)
-    with RedisBroker.from_url(redis_url, clock=clock) as broker:
+    with RedisBroker.from_url(redis_url + "?shards=12", clock=clock) as broker:
         c = broker.consumer("g", ["t"])
         sent = broker.send_batch([Message("t", b"%d" % i, delay_ms=i) for i in range(24)])
-        assert len({r.msg_id.split("-")[0] for r in sent}) == K.DEFAULT_SHARDS
+        assert len({r.msg_id.split("-")[0] for r in sent}) == 12
         clock.advance(100)
         eventually(lambda: broker.stats().topics["t"].fired_total == 24, what="all fired")
         got = []
@@ -168,3 +175,17 @@ def test_rediss_urls_make_tls_clients() -> None:
         assert opts == {"shards": 6}
     finally:
         client.close()
+
+
+def test_ready_news_is_published_only_while_another_process_listens(redis_url: str) -> None:
+    clock = ManualClock(START_MS)
+    with RedisBroker.from_url(redis_url, clock=clock) as alone:
+        alone.firer.kick()  # a full sweep counts the listeners first
+        eventually(lambda: alone.firer._publish is False, what="alone: no ready news")
+        with RedisBroker.from_url(redis_url + "?fire=0", clock=clock) as other:
+            c = other.consumer("g", ["t"])
+            alone.send(Message("t", b"x", delay_ms=1_000))
+            # the next sweep (at most sweep_s later) hears the second listener
+            eventually(lambda: alone.firer._publish is True, what="publishing again")
+            clock.advance(1_000)
+            assert [m.body for m in c.pull(max_messages=5, wait_ms=5_000)] == [b"x"]
