@@ -13,8 +13,9 @@ loop does nothing per message but decode and submit:
   (``"ValueError: boom (attempt 3 of 3)"``), shown by ``broker.query(msg_id).error``;
 * an unknown job or an undecodable body: ``dead_letter`` with that reason;
 * :class:`~workers.executors.base.JobNotStarted` (the executor could not start
-  the job, e.g. its Celery broker is down): ``nack`` with the backoff, whatever
-  ``retry_on`` says;
+  the job, e.g. its Celery broker is down): ``release`` with the backoff,
+  whatever ``retry_on`` says: back after the delay, not counted as an attempt
+  (so never dead-lettered for it); the reason is in the job's log line;
 * over ``spec.timeout`` (counted from the body's start): failed as above with
   :class:`~workers.context.JobTimeout`, and the job's cancel event is set (see
   :mod:`workers.context`; threads cannot be killed, so a stuck job keeps its
@@ -434,13 +435,15 @@ class Dispatcher:
             outcome = self._settle(run, "ack", "")
         else:
             outcome = self._fail(run, exc)
+            if isinstance(exc, JobNotStarted):
+                exc = None  # the executor logged why; no traceback per message
         log_run(self._log, job, outcome, time.monotonic(), exc)
 
     def _fail(self, run: Run, exc: BaseException) -> str:
         m, spec = run.message, run.spec
         reason = describe_error(exc)
         if isinstance(exc, JobNotStarted):  # never ran (e.g. Celery broker down): retry
-            return self._settle(run, "retry", reason, spec.retry.backoff_ms(m.attempts))
+            return self._not_started(run, reason, spec.retry.backoff_ms(m.attempts))
         if run.cron is not None:
             return self._settle(run, "dead", f"{reason} (cron runs are not retried)")
         if not isinstance(exc, spec.retry.retry_on):
@@ -459,6 +462,21 @@ class Dispatcher:
                 run.message, run.spec.name, self.group, how, reason, started, self._clock_ms()
             )
         return self._settler.settle(run.message, how, reason, delay_ms)
+
+    def _not_started(self, run: Run, reason: str, delay_ms: int) -> str:
+        """Give ``run``'s message back for ``delay_ms`` without counting an attempt."""
+        assert self._consumer is not None
+        m = run.message
+        if self._trace is not None:
+            self._trace.finished(m, run.spec.name, self.group, "release", reason, None,
+                                 self._clock_ms())  # fmt: skip
+        outcome = f"not started ({reason}); released, retry in {delay_ms} ms"
+        try:
+            if not self._consumer.release(m, delay_ms):
+                outcome += " (the message was no longer in flight here: redelivered meanwhile)"
+        except ChronoqError as e:
+            outcome = f"release failed ({e}); the message will be redelivered"
+        return outcome
 
     def _skipped(self, m: ReceivedMessage, executor: str, name: str) -> bool:
         """Ack (in this group) a job that another dispatcher runs; see :mod:`workers.routing`."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from concurrent.futures import Future
@@ -140,19 +141,29 @@ class _Refusing:
         pass
 
 
-def test_job_not_started_is_nacked_with_backoff_even_outside_retry_on(
-    data_dir: Path, manual_clock: ManualClock
+def test_job_not_started_is_released_with_backoff_and_counts_no_attempt(
+    data_dir: Path, manual_clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Given a job with one attempt and a retry_on that does not cover the failure
     app = Scheduler(f"rocksdb://{data_dir}", clock=manual_clock)
 
-    @app.job(executor="celery", max_attempts=2, retry=RetryPolicy((5_000,), retry_on=(KeyError,)))
+    @app.job(executor="celery", max_attempts=1, retry=RetryPolicy((5_000,), retry_on=(KeyError,)))
     def close() -> None: ...
 
     receipt = close.schedule()
+    caplog.set_level(logging.WARNING, logger="chronoq.workers.Dispatcher")
     with Dispatcher(app, executors={"celery": _Refusing()}) as dispatcher:
+        # When its executor cannot start it, twice (the backoff passes in between)
         assert dispatcher.run_until_idle() == 1
+        view = app.broker.query(receipt.msg_id)
+        assert view is not None and view.deliver_at_ms == manual_clock.now_ms() + 5_000
+        manual_clock.advance(5_000)
+        assert dispatcher.run_until_idle() == 1
+    # Then it is back for a retry, never dead: a job that never ran counts no attempt
     view = app.broker.query(receipt.msg_id)
-    assert view is not None and view.state is MessageState.PENDING  # not dead: it never ran
+    assert view is not None and view.state is MessageState.PENDING
+    assert view.attempts == 0  # deliveries counted as attempts
     assert view.deliver_at_ms == manual_clock.now_ms() + 5_000
-    assert view.error is not None and "unreachable" in view.error
+    lines = [r.getMessage() for r in caplog.records if receipt.msg_id in r.getMessage()]
+    assert len(lines) == 2 and all("not started" in x and "unreachable" in x for x in lines)
     app.close()

@@ -52,8 +52,10 @@ class Executor(Protocol):
 class JobNotStarted(ChronoqError):
     """An executor could not start the job at all (e.g. its Celery broker is down).
 
-    The dispatcher nacks the message with the job's backoff whatever
-    ``retry_on`` says: the job never ran, so nothing is lost and nothing ran twice.
+    The dispatcher releases the message (``Consumer.release``: back after the
+    job's backoff, not counted as an attempt) whatever ``retry_on`` says: the
+    job never ran, so nothing is lost, nothing ran twice, and an outage never
+    dead-letters it.
 
     :param msg_id: the message whose job did not start.
     :param why: what went wrong.

@@ -54,10 +54,11 @@ runs under the same id and chronoq just keeps waiting for its outcome.
 
 **Celery broker down.** ``send_task`` raising (connection refused, timeout)
 fails the run with :class:`~workers.executors.base.JobNotStarted`: one WARNING
-line names the broker and the message ids, and the dispatcher nacks each message
-with the job's backoff whatever ``retry_on`` says (the job never ran). The
-message is acked only after the Celery broker accepted the publish (and, with
-``track_results``, after the outcome), so nothing is lost.
+line names the broker and the message ids, and the dispatcher *releases* each
+message for the job's backoff whatever ``retry_on`` says (``Consumer.release``:
+the job never ran, so the outage counts no attempt and never dead-letters it).
+The message is acked only after the Celery broker accepted the publish (and,
+with ``track_results``, after the outcome), so nothing is lost.
 
 With ``track_results=False`` the run counts as done once the publish is
 accepted: Celery then owns retries and outcomes (use ``autoretry_for``), and
@@ -320,8 +321,8 @@ class CeleryExecutor:
         how = "unreachable" if _is_connection_error(exc) else "refused the publish"
         ids = ", ".join(p.task_id for p in runs[:5]) + (" ..." if len(runs) > 5 else "")
         _log.warning(
-            "celery %s %s %s (%s: %s): %d job(s) not published, the dispatcher retries "
-            "them with backoff (msg=%s)",
+            "celery %s %s %s (%s: %s): %d job(s) not published, the dispatcher releases "
+            "them for a retry after the backoff (msg=%s)",
             what,
             where,
             how,
