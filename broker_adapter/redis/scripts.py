@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker_adapter.errors import BrokerError, ConnectionFailed
@@ -98,8 +98,9 @@ class Scripts:
 
     def fan(self, name: str, keys: Sequence[str], common: Sequence[Any],
             per_shard: Sequence[Sequence[Any]]) -> list[Any]:
-        """Run a script that loops over shard argument groups (``fire``, ``claim``):
-        one call on one instance, one call per shard (one pipeline) on a cluster.
+        """Run a script that loops over shard argument groups (``fire``, ``claim``,
+        ``peek``): one call on one instance, one call per master (one pipeline) on a
+        cluster.
         Returns each shard's result, decoded from the script's msgpack reply.
 
         :param keys: each shard's due key (routing).
@@ -107,12 +108,39 @@ class Scripts:
         :param per_shard: each shard's argument group (all of one length).
         """
         if self.cluster:
-            replies = self.pipeline([(name, k, (*common, *p))
-                                     for k, p in zip(keys, per_shard, strict=True)])
-            return [msgpack.unpackb(r, raw=True)[0] for r in replies]
+            return self._fan_by_node(name, keys, common, per_shard)
         flat = [x for p in per_shard for x in p]
         result: list[Any] = msgpack.unpackb(self.call(name, keys[0], (*common, *flat)), raw=True)
         return result
+
+    def _fan_by_node(self, name: str, keys: Sequence[str], common: Sequence[Any],
+                     per_shard: Sequence[Sequence[Any]]) -> list[Any]:
+        """On a cluster: one call per master for all of its shards (a script without a
+        shebang may touch several slots of the node it runs on), all in one pipeline.
+        While slots move (a MOVED/ASK or a non-local key), one call per shard instead."""
+        by_node: dict[str, list[int]] = {}
+        try:
+            for i, k in enumerate(keys):
+                by_node.setdefault(self._client.get_node_from_key(k).name, []).append(i)
+        except RedisError:
+            by_node = {str(i): [i] for i in range(len(keys))}
+        groups = list(by_node.values())
+        calls: list[Call] = [(name, keys[g[0]], (*common, *(x for i in g for x in per_shard[i])))
+                             for g in groups]
+        try:
+            replies = self.pipeline(calls)
+        except ResponseError as e:
+            if len(groups) == len(keys):
+                raise
+            log.info("per-node %s failed (%s); one call per shard instead", name, e)
+            replies = self.pipeline([(name, k, (*common, *p))
+                                     for k, p in zip(keys, per_shard, strict=True)])
+            return [msgpack.unpackb(r, raw=True)[0] for r in replies]
+        out: list[Any] = [None] * len(keys)
+        for g, reply in zip(groups, replies, strict=True):
+            for i, result in zip(g, msgpack.unpackb(reply, raw=True), strict=True):
+                out[i] = result
+        return out
 
     def _run(self, calls: Sequence[Call]) -> list[Any]:
         pipe = self._client.pipeline(transaction=False)

@@ -136,3 +136,34 @@ def test_cluster_delivers_across_every_master(cluster_harness: Harness) -> None:
     got = pull_until(c, 600, timeout=30, max_messages=100)
     assert {m.msg_id for m in got} == ids
     assert {m.msg_id.split("-")[0] for m in got} == {str(s) for s in range(K.DEFAULT_SHARDS)}
+
+
+def _evalsha_calls(cluster: RedisClusterProcs) -> list[int]:
+    calls = []
+    for node in cluster.nodes:
+        client = redis.Redis(host="127.0.0.1", port=node.port)
+        try:
+            calls.append(int(client.info("commandstats").get("cmdstat_evalsha", {})
+                             .get("calls", 0)))
+        finally:
+            client.close()
+    return calls
+
+
+def test_a_firing_pass_is_one_script_call_per_master_covering_every_shard(
+    cluster_harness: Harness, cluster: RedisClusterProcs
+) -> None:
+    broker = cluster_harness.broker
+    assert isinstance(broker, RedisBroker)
+    c = broker.consumer("g", ["spread"])
+    ids = {r.msg_id for r in broker.send_batch(
+        [Message("spread", b"x", delay_ms=1_000) for _ in range(240)])}
+    assert {i.split("-")[0] for i in ids} == {str(s) for s in range(K.DEFAULT_SHARDS)}
+    broker.firer.close()  # fire by hand below, so nothing else calls scripts
+    broker.acks.flush()
+    before = _evalsha_calls(cluster)
+    cluster_harness.advance(1_000)
+    assert broker.firer.fire_once() == 240  # a full sweep: every shard of every master
+    assert [a - b for a, b in zip(_evalsha_calls(cluster), before, strict=True)] == [1, 1, 1]
+    got = pull_until(c, 240, timeout=30, max_messages=240)
+    assert {m.msg_id for m in got} == ids
