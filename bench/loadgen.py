@@ -209,17 +209,21 @@ class ConsumerThread(threading.Thread):
     """Pulls and acks until ``stop`` is set, recording lateness and ids.
 
     Per pulled batch: one ``time.time()``; per message: ``now_ms - deliver_at_ms``
-    into ``lateness``, the id into ``ids``, then an ``ack``.
+    into ``lateness``, the id into ``ids``; then the batch is acked with one
+    ``ack_batch`` (one round trip to a network broker), or with ``ack_each`` one
+    ``ack`` per message.
     """
 
     def __init__(
-        self, consumer: Consumer, stop: threading.Event, pull_max: int, wait_ms: int
+        self, consumer: Consumer, stop: threading.Event, pull_max: int, wait_ms: int,
+        ack_each: bool = False,
     ) -> None:
         super().__init__(name=f"bench-consumer-{consumer.group}", daemon=True)
         self.consumer = consumer
         self.stop = stop
         self.pull_max = pull_max
         self.wait_ms = wait_ms
+        self.ack_each = ack_each
         self.lateness = array("d")
         self.ids: list[str] = []
         self.batch_ms = array("d")  # receipt time of each pulled batch, epoch ms
@@ -229,6 +233,7 @@ class ConsumerThread(threading.Thread):
 
     def run(self) -> None:
         pull, ack, clock = self.consumer.pull, self.consumer.ack, time.time
+        ack_batch = self.consumer.ack_batch
         lateness, ids = self.lateness, self.ids
         batch_ms, batch_n = self.batch_ms, self.batch_n
         pull_max, wait_ms, stop = self.pull_max, self.wait_ms, self.stop
@@ -243,6 +248,9 @@ class ConsumerThread(threading.Thread):
                 batch_ms.append(now)
                 batch_n.append(len(msgs))
                 self.count += len(msgs)
+                if not self.ack_each:
+                    ack_batch(msgs)
+                    continue
                 for m in msgs:
                     ack(m)
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
@@ -311,6 +319,7 @@ def start_consumers(
             stop,
             args.pull_max,
             args.pull_wait_ms,
+            ack_each=args.ack_each,
         )
         for _ in range(args.consumers)
     ]

@@ -42,7 +42,7 @@ Figures, mode ``load`` (the default)
         per delivery, ``time.time()`` in ms when the consumer's ``pull`` returned
         minus the message's ``deliver_at_ms``; nearest-rank P50/P90/P99/P99.9 and max.
         One group, ``-c`` consumer threads (default 1), ``pull(256, wait_ms=100)``,
-        each message acked right after the clock is read.
+        each pulled batch acked (``ack_batch``) right after the clock is read.
     lost
         accepted (``SendStatus.OK``), not aborted, and never received before the
         deadline: last due time + ``--grace`` (default 10 s). The run ends earlier
@@ -418,6 +418,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--pull-max", type=int, default=256, help="pull(max_messages)")
     p.add_argument("--pull-wait-ms", type=int, default=100, help="pull(wait_ms)")
     p.add_argument("--max-inflight", type=int, default=1000, help="consumer max_inflight")
+    p.add_argument("--ack-each", action="store_true",
+                   help="ack each message on its own (default: one ack_batch per pull)")
     p.add_argument("--grace", type=float, default=10.0, help="s after the last due time to wait")
     p.add_argument("--settle", type=float, default=1.0, help="s to wait before final checks")
     p.add_argument("--stats-interval", type=float, default=1.0, help="s between stats() samples")

@@ -160,6 +160,14 @@ class Consumer(abc.ABC):
         :raises BrokerClosed: when the consumer or its broker is closed.
         """
 
+    def ack_batch(self, messages: Sequence[ReceivedMessage]) -> list[bool]:
+        """Ack several messages at once (one round trip to a network broker): for
+        each, in order, what :meth:`ack` would return.
+
+        :raises BrokerClosed: when the consumer or its broker is closed.
+        """
+        return [self.ack(m) for m in messages]
+
     @abc.abstractmethod
     def nack(
         self, message: ReceivedMessage, delay_ms: int | None = None, reason: str | None = None

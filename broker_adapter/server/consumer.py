@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from broker_adapter.base import (
@@ -199,6 +200,29 @@ class RemoteConsumer(Consumer):
     def ack(self, message: ReceivedMessage) -> bool:
         """See :meth:`broker_adapter.base.Consumer.ack`."""
         return self._settle("ack", message, {})
+
+    def ack_batch(self, messages: Sequence[ReceivedMessage]) -> list[bool]:
+        """See :meth:`broker_adapter.base.Consumer.ack_batch`: one request per endpoint."""
+        self._check()
+        endpoints = self._broker.endpoints
+        out = [False] * len(messages)
+        by_endpoint: dict[int, list[int]] = {}
+        for i, m in enumerate(messages):
+            receipt = m.receipt
+            if isinstance(receipt, bytes) and len(receipt) >= 2 and receipt[0] < len(endpoints):
+                by_endpoint.setdefault(receipt[0], []).append(i)
+        for index, positions in by_endpoint.items():
+            args = {"receipts": [messages[i].receipt[1:] for i in positions]}
+            ep = endpoints[index]
+            try:
+                acked = self._call(ep, "ack_batch", args, REQUEST_TIMEOUT_S)
+            except ConnectionFailed:  # once more, reconnected
+                acked = self._call(ep, "ack_batch", args, REQUEST_TIMEOUT_S)
+            if type(acked) is not list or len(acked) != len(positions):
+                raise P.ProtocolError("ack_batch answers one bool per receipt")
+            for i, ok in zip(positions, acked, strict=True):
+                out[i] = bool(ok)
+        return out
 
     def nack(
         self, message: ReceivedMessage, delay_ms: int | None = None, reason: str | None = None

@@ -57,6 +57,7 @@ class Handlers:
             "send": self.send, "send_batch": self.send_batch, "abort": self.abort,
             "query": self.query, "pending": self.pending, "stats": self.stats,
             "consumer_open": self.consumer_open, "pull": self.pull_now, "ack": self.ack,
+            "ack_batch": self.ack_batch,
             "nack": self.nack, "dead_letter": self.dead_letter, "extend": self.extend,
             "release": self.release,
             "consumer_close": self.consumer_close, "advance": self.advance,
@@ -147,6 +148,13 @@ class Handlers:
 
     def ack(self, conn: Connection, args: dict[str, Any]) -> Any:
         return self._consumer(conn, args).ack(_receipt_message(arg(args, "receipt", bytes)))
+
+    def ack_batch(self, conn: Connection, args: dict[str, Any]) -> Any:
+        receipts = arg(args, "receipts", list)
+        for r in receipts:
+            if type(r) is not bytes:
+                raise P.ProtocolError("ack_batch receipts are bytes")
+        return self._consumer(conn, args).ack_batch([_receipt_message(r) for r in receipts])
 
     def nack(self, conn: Connection, args: dict[str, Any]) -> Any:
         return self._consumer(conn, args).nack(

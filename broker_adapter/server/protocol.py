@@ -31,7 +31,7 @@ Operations (``args`` -> ``result``)
     inflight]}, "groups": {name: [ready, inflight, dead, acked]}};
     ``consumer_open`` {group, topics, invisible_ms, max_attempts, max_inflight,
     max_inflight_bytes} -> cid; ``pull`` {cid, max, wait} -> [rm]; ``ack``
-    {cid, receipt} -> bool; ``nack`` {cid, receipt, delay, reason} -> bool;
+    {cid, receipt} -> bool; ``ack_batch`` {cid, receipts} -> [bool]; ``nack`` {cid, receipt, delay, reason} -> bool;
     ``dead_letter`` {cid, receipt, reason} -> bool; ``extend`` {cid, receipt,
     invisible_ms} -> bool; ``release`` {cid, receipt, delay} -> bool;
     ``consumer_close`` {cid} -> None.
@@ -77,7 +77,8 @@ _MAX_RID = 1 << 63
 #: Operations the server knows; anything else is a malformed frame.
 OPS = frozenset({
     "hello", "send", "send_batch", "abort", "query", "pending", "stats", "consumer_open",
-    "pull", "ack", "nack", "dead_letter", "extend", "release", "consumer_close", "batch",
+    "pull", "ack", "ack_batch", "nack", "dead_letter", "extend", "release", "consumer_close",
+    "batch",
     "advance", "reset",
 })
 

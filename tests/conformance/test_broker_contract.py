@@ -921,6 +921,30 @@ def test_ack_returns_true_then_false(harness: Harness) -> None:
     assert_nothing(c)  # acked: never delivered again
 
 
+def test_ack_batch_answers_per_message_like_ack(harness: Harness) -> None:
+    c = harness.consumer("g", [T], invisible_ms=5_000)
+    ids = [harness.broker.send(Message(T, b"%d" % i)).msg_id for i in range(5)]
+    got = pull_until(c, 5)
+    assert sorted(m.msg_id for m in got) == sorted(ids)
+    assert c.ack(got[0]) is True
+    assert c.ack_batch([got[0], got[1], got[2]]) == [False, True, True]
+    assert c.ack_batch([]) == []
+    assert c.ack_batch([got[3], got[3], got[4]]) == [True, False, True]
+    for msg_id in ids:
+        wait_state(harness, msg_id, MessageState.DONE)
+    harness.advance(60_000)
+    assert_nothing(c)
+
+
+def test_ack_batch_of_stale_deliveries_is_false(harness: Harness) -> None:
+    c = harness.consumer("g", [T], invisible_ms=5_000)
+    harness.broker.send(Message(T, b"x"))
+    old = pull_one(c)
+    harness.advance(5_001)
+    new = pull_one(c)
+    assert c.ack_batch([old, new]) == [False, True]
+
+
 def test_ack_of_a_delivery_whose_invisible_time_passed_is_false(harness: Harness) -> None:
     c = harness.consumer("g", [T], invisible_ms=5_000)
     harness.broker.send(Message(T, b"x"))
@@ -1253,6 +1277,7 @@ def test_consumer_close_twice_is_harmless_and_calls_after_raise(harness: Harness
         lambda: c.dead_letter(m, "x"),
         lambda: c.extend(m, 1_000),
         lambda: c.release(m),
+        lambda: c.ack_batch([m]),
     ):
         with pytest.raises(BrokerClosed):
             call()
