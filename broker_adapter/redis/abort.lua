@@ -1,28 +1,42 @@
 -- abort.lua: cancel a pending message of ONE shard, by number or by key.
 --
 -- Keys (B = ARGV[1], all in the shard's slot):
---   KEYS[1] = B.."due"   zset  member "<n>" removed                     (written)
---   B.."keys"            hash  "<topic>\0<key>" -> "<n>|<asked>"         (read)
---   B.."m:<n>", "b:<n>"  hash  s P -> X; both TTL retention            (read, written)
---   B.."stat"            hash  p|<topic> -1                             (written)
+--   KEYS[1] = B.."due"     zset  member "<n>" removed                     (written)
+--   B.."k:<topic>\0<key>"  string "<n>|<asked>|<due>": TTL retention      (read, written)
+--   B.."p:<n>"             string the pending record: read, deleted       (read, written)
+--   B.."m:<n>", "b:<n>"    hash (s X, t d o k g p) and body made from the record, TTL
+--                          retention; or read: s F fired, X aborted       (read, written)
+--   B.."stat"              hash  p|<topic> -1                             (written)
 -- ARGV: [1] B, [2] "id" or "key", [3] n or "<topic>\0<key>", [4] retention ms.
 -- Returns {status, n}: status "A" aborted (now or before), "D" already fired, "N" not
 -- found (n is "" when no message has that key).
-local base = ARGV[1]
+local base, retention = ARGV[1], ARGV[4]
 local n = ARGV[3]
+local kk = nil
 if ARGV[2] == 'key' then
-  local entry = redis.call('HGET', base .. 'keys', ARGV[3])
+  kk = base .. 'k:' .. ARGV[3]
+  local entry = redis.call('GET', kk)
   if not entry then return {'N', ''} end
   n = string.sub(entry, 1, string.find(entry, '|', 1, true) - 1)
 end
-local mk = base .. 'm:' .. n
-local v = redis.call('HMGET', mk, 's', 't')
-if not v[1] then return {'N', n} end
-if v[1] == 'X' then return {'A', n} end
-if v[1] == 'F' then return {'D', n} end
+local pk, mk = base .. 'p:' .. n, base .. 'm:' .. n
+local rec = redis.call('GET', pk)
+if not rec then
+  local s = redis.call('HGET', mk, 's')
+  if not s then return {'N', n} end
+  if s == 'F' then return {'D', n} end
+  return {'A', n}
+end
+local r = cmsgpack.unpack(string.sub(rec, 17))
+local h = {'t', r[1], 'd', string.format('%d', r[2]), 'o', string.format('%d', r[3]), 's', 'X'}
+if r[4] ~= '' then h[#h + 1] = 'k'; h[#h + 1] = r[4] end
+if r[5] ~= '' then h[#h + 1] = 'g'; h[#h + 1] = r[5] end
+if r[6] ~= '' then h[#h + 1] = 'p'; h[#h + 1] = r[6] end
 redis.call('ZREM', KEYS[1], n)
-redis.call('HSET', mk, 's', 'X')
-redis.call('PEXPIRE', mk, ARGV[4])
-redis.call('PEXPIRE', base .. 'b:' .. n, ARGV[4])
-redis.call('HINCRBY', base .. 'stat', 'p|' .. v[2], -1)
+redis.call('DEL', pk)
+redis.call('HSET', mk, unpack(h))
+redis.call('PEXPIRE', mk, retention)
+redis.call('SET', base .. 'b:' .. n, r[7], 'PX', retention)
+if r[4] ~= '' then redis.call('PEXPIRE', base .. 'k:' .. r[1] .. '\0' .. r[4], retention) end
+redis.call('HINCRBY', base .. 'stat', 'p|' .. r[1], -1)
 return {'A', n}

@@ -43,7 +43,7 @@ from broker_adapter.redis.connect import open_client
 from broker_adapter.redis.consumer import RedisConsumer
 from broker_adapter.redis.firer import Firer, Listener
 from broker_adapter.redis.scripts import Call, Scripts, redis_errors
-from broker_adapter.redis.views import build_stats, build_view, pending_view
+from broker_adapter.redis.views import build_stats, build_view, pending_view, record_view
 from broker_adapter.results import (
     AbortResult,
     AbortStatus,
@@ -202,18 +202,10 @@ class RedisBroker(BrokerAdapter):
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """See :meth:`BrokerAdapter.send_batch`. One script per shard in one round trip;
-        every check is made before anything is written."""
+        every check is made before anything is written. Each message goes as one
+        msgpack record packed here (``send.lua`` stores it as it is)."""
         self.check_open()
-        rows: list[list[Any]] = []
-        for m in messages:
-            if not isinstance(m, Message):
-                raise InvalidArgument(f"send takes Message objects, got {type(m).__name__}")
-            props = m.properties_bytes() if m.properties else b""
-            size = len(m.body) + len(props)
-            if size > self.max_body_bytes:
-                raise MessageTooLarge(size, self.max_body_bytes)
-            rows.append([m.topic, m.body, m.key or "", m.tags or "", props, 0, 0])
-        if not rows:
+        if not messages:
             return []
         now = self.now_ms()
         limit = now + self.max_delay_ms
@@ -221,41 +213,71 @@ class RedisBroker(BrokerAdapter):
         with self._rr_lock:
             rr = self._rr
             self._rr = (rr + 1) % count
-        per_shard: dict[int, list[int]] = {}
-        # keyless messages: the batch is cut into equal runs, one per shard
-        keyless = sum(1 for m in messages if m.key is None) or 1
+        max_body = self.max_body_bytes
+        pack = msgpack.Packer(use_bin_type=False).pack
+        # per shard: message indexes, keyless counts per topic, the records
+        per_shard: dict[int, tuple[list[int], dict[str, int], list[Any]]] = {}
+        dues: list[int] = []
+        keyless = sum(1 for m in messages if isinstance(m, Message) and m.key is None) or 1
         j = 0
-        for i, (m, row) in enumerate(zip(messages, rows, strict=True)):
+        for i, m in enumerate(messages):
+            if not isinstance(m, Message):
+                raise InvalidArgument(f"send takes Message objects, got {type(m).__name__}")
+            props = m.properties_bytes() if m.properties else b""
+            size = len(m.body) + len(props)
+            if size > max_body:
+                raise MessageTooLarge(size, max_body)
             due = m.deliver_at(now)
             if due > limit:
                 raise InvalidDelay("delay", due - now,
                                    f"due after the broker's max delay of {self.max_delay_ms} ms")
-            row[5] = due
-            row[6] = m.deliver_at_ms if m.deliver_at_ms is not None else due
-            if m.key is None:
-                shard = (rr + j * count // keyless) % count
+            dues.append(due)
+            key = m.key
+            if key is None:
+                # keyless messages: the batch is cut into equal runs, one per shard
+                shard = (rr + j * count // keyless) % count if count > 1 else 0
                 j += 1
             else:
-                shard = K.key_shard(m.topic, m.key, count)
-            per_shard.setdefault(shard, []).append(i)
+                shard = K.key_shard(m.topic, key, count)
+            entry = per_shard.get(shard)
+            if entry is None:
+                entry = per_shard[shard] = ([], {}, [])
+            entry[0].append(i)
+            if key is None:
+                entry[1][m.topic] = entry[1].get(m.topic, 0) + 1
+                entry[2].append(b"%015d-" % due + pack(
+                    (m.topic, due, now, "", m.tags or "", props, m.body, due)))
+            else:
+                asked = m.deliver_at_ms if m.deliver_at_ms is not None else due
+                entry[2].append(b"%015dk" % due + pack(
+                    (m.topic, due, now, key, m.tags or "", props, m.body, asked)))
         shards = list(per_shard)
-        calls: list[Call] = [
-            ("send", self.due_keys[s], (self.bases[s], now,
-                                        msgpack.packb([rows[i] for i in per_shard[s]], use_bin_type=False),
-                                        self.wake_channel, s))
-            for s in shards]
+        calls: list[Call] = []
+        for s in shards:
+            _idx, topics, records = per_shard[s]
+            head: list[Any] = [self.bases[s], self.wake_channel, s, len(topics)]
+            for topic, c in topics.items():
+                head += (topic, c)
+            calls.append(("send", self.due_keys[s], head + records))
         with redis_errors("send"):
             replies = self.scripts.pipeline(calls)
-        results: list[SendResult | None] = [None] * len(rows)
-        ok, dup = SendStatus.OK, SendStatus.DUPLICATE
-        for s, (packed, wake) in zip(shards, replies, strict=True):
-            prefix = f"{s}-"
-            for i, (status, n, due) in zip(per_shard[s], msgpack.unpackb(packed, raw=True),
-                                           strict=True):
-                results[i] = SendResult(ok if status else dup, prefix + n.decode(), due)
+        results: list[SendResult] = [None] * len(messages)  # type: ignore[list-item]
+        ok, duplicate = SendStatus.OK, SendStatus.DUPLICATE
+        for s, (last, wake, dups) in zip(shards, replies, strict=True):
+            idx = per_shard[s][0]
+            dup_at = {int(dups[k]) - 1: k for k in range(0, len(dups), 3)}
+            n = int(last)
+            for pos, i in enumerate(idx):
+                k = dup_at.get(pos)
+                if k is None:
+                    n += 1
+                    results[i] = SendResult(ok, f"{s}-{n}", dues[i])
+                else:
+                    results[i] = SendResult(duplicate, f"{s}-{dups[k + 1].decode()}",
+                                            int(dups[k + 2]))
             if wake >= 0:
                 self.firer.note_due(s, wake)
-        return results  # type: ignore[return-value]
+        return results
 
     def send_async(self, message: Message, callback: SendCallback) -> None:
         """See :meth:`BrokerAdapter.send_async`."""
@@ -309,9 +331,12 @@ class RedisBroker(BrokerAdapter):
         with redis_errors("query"):
             self.acks.flush()
             pipe = self.client.pipeline(transaction=False)
+            pipe.get(f"{base}{K.PENDING}{n}")  # first: a fire may turn it into the hash
             pipe.hgetall(f"{base}{K.MESSAGE}{n}")
             pipe.strlen(f"{base}{K.BODY}{n}")
-            fields, body_size = pipe.execute()
+            record, fields, body_size = pipe.execute()
+            if record is not None:
+                return record_view(msg_id, record)
             if not fields:
                 return None
             retry_due = {}

@@ -7,7 +7,9 @@
 --
 -- Keys (B = a shard base from ARGV, all of one shard in its slot):
 --   B.."due"             zset  entries with score <= now are removed      (read, written)
---   B.."m:<n>", "b:<n>"  hash  s -> F, G<group> -> R<k>; both TTL retention (written)
+--   B.."p:<n>"           string the pending record: read, then deleted     (read, written)
+--   B.."m:<n>", "b:<n>"  hash (s F, G<group> R0, ...) and body made from it; TTL retention
+--   B.."k:<topic>\0<key>" string the key index entry: TTL retention          (written)
 --   B.."subs:<topic>"    set   groups reading the topic                   (read)
 --   B.."groups"          set   groups of this shard                       (read)
 --   B.."log:<topic>"     zset  fired messages, trimmed to retention        (written)
@@ -44,15 +46,23 @@ for i = 1, #items, 2 do
       moved = moved + 1
     end
   else
-    local mk = base .. 'm:' .. member
-    local topic = redis.call('HGET', mk, 't')
-    if topic then
+    local pk = base .. 'p:' .. member
+    local rec = redis.call('GET', pk)
+    if rec then
+      -- the pending record becomes the fired message's hash and body
+      local r = cmsgpack.unpack(string.sub(rec, 17))
+      local topic, key = r[1], r[4]
       local subs = subs_of[topic]
       if not subs then
         subs = redis.call('SMEMBERS', base .. 'subs:' .. topic)
         subs_of[topic] = subs
       end
-      local h = {'s', 'F'}
+      local mk = base .. 'm:' .. member
+      local h = {'t', topic, 'd', string.format('%d', r[2]), 'o', string.format('%d', r[3]),
+                 's', 'F'}
+      if key ~= '' then h[#h + 1] = 'k'; h[#h + 1] = key end
+      if r[5] ~= '' then h[#h + 1] = 'g'; h[#h + 1] = r[5] end
+      if r[6] ~= '' then h[#h + 1] = 'p'; h[#h + 1] = r[6] end
       for _, g in ipairs(subs) do
         h[#h + 1] = 'G' .. g; h[#h + 1] = 'R0'
         redis.call('ZADD', base .. 'rdy:' .. g, score, member)
@@ -60,7 +70,9 @@ for i = 1, #items, 2 do
       end
       redis.call('HSET', mk, unpack(h))
       redis.call('PEXPIRE', mk, retention)
-      redis.call('PEXPIRE', base .. 'b:' .. member, retention)
+      redis.call('SET', base .. 'b:' .. member, r[7], 'PX', retention)
+      redis.call('DEL', pk)
+      if key ~= '' then redis.call('PEXPIRE', base .. 'k:' .. topic .. '\0' .. key, retention) end
       redis.call('ZADD', base .. 'log:' .. topic, score, member)
       add('p|' .. topic, -1); add('f|' .. topic, 1)
       touched[topic] = true

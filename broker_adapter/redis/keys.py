@@ -10,14 +10,26 @@ shards spread evenly over the masters. Per shard (``B`` = ``<prefix>:{<tag>}:``)
     B due            zset   member "<n>" (first fire) or "<n>|<group>" (a group's retry),
                             score = due time (epoch ms): the shard's timing wheel
     B n              string counter: the last message number handed out in this shard
-    B b:<n>          string one message's body (apart, so the hash stays a small listpack)
-    B m:<n>          hash   one message: t topic, d due, o born, s state
-                            (P pending, F fired, X aborted), k key, g tags, p props (JSON);
+    B p:<n>          string a pending message, packed by the sender: 15 digits of due
+                            ms, "k" (keyed) or "-", then msgpack [topic, due, born, key,
+                            tags, props, body, asked due] ("" for none). One key per
+                            pending message; it becomes m:<n> and b:<n> when it fires or
+                            is aborted.
+    B b:<n>          string a fired or aborted message's body (apart, so the hash stays a
+                            small listpack)
+    B m:<n>          hash   a fired or aborted message: t topic, d due, o born, s state
+                            (F fired, X aborted), k key, g tags, p props (JSON);
                             per group: G<group> = "<R|I|P|D|X><deliveries>" (ready,
                             in flight, pending retry, dead, done), C<group> = the topic it
                             counts under when not ``t`` (retry/DLQ topic), E<group> = last
                             error. Fired and aborted messages expire after ``retention_ms``.
-    B keys           hash   "<topic>\\0<key>" -> "<n>|<asked due ms>": the key index
+    B k:<topic>\\0<key> string "<n>|<asked due ms>|<due ms>": the key index entry. No TTL
+                            while its message is pending; ``retention_ms`` once it fired
+                            or was aborted, so the index is bounded by the pending keyed
+                            messages plus those of the last ``retention_ms``. A keyed send
+                            is a DUPLICATE while the entry's message is pending, or fired
+                            (not aborted) with the same asked due ms: for a fired one,
+                            that holds for ``retention_ms`` after it fired.
     B groups         set    consumer groups with state in this shard
     B subs:<topic>   set    groups reading <topic>
     B log:<topic>    zset   fired messages of <topic> (score = due), kept ``retention_ms``
@@ -57,9 +69,10 @@ MAX_SHARDS = 1024
 
 DUE = "due"
 COUNTER = "n"
+PENDING = "p:"
 MESSAGE = "m:"
+KEY = "k:"
 BODY = "b:"
-KEYS = "keys"
 GROUPS = "groups"
 SUBS = "subs:"
 LOG = "log:"

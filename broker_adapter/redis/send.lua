@@ -1,77 +1,88 @@
--- send.lua: store a batch of messages of ONE shard (message hash + due index + key index).
+-- send.lua: store a batch of messages of ONE shard (pending record + due index + key index).
 --
 -- Keys (B = ARGV[1] = "<prefix>:{<tag>}:", all in the shard's slot):
 --   KEYS[1] = B.."due"  zset  member "<n>", score due ms          (written)
 --   B.."n"              string counter of message numbers          (INCRBY)
---   B.."m:<n>"          hash  t d o s [k g p]                       (written)
---   B.."b:<n>"          string the body                              (written)
---   B.."keys"           hash  "<topic>\0<key>" -> "<n>|<asked ms>"  (read, written)
+--   B.."p:<n>"          string the pending record as the caller packed it (written)
+--   B.."k:<topic>\0<key>" string "<n>|<asked ms>|<due ms>": the key index entry (read,
+--                       written; no TTL while its message is pending)
+--   B.."m:<n>"          hash  s (read: F = fired, for the duplicate rule)
 --   B.."stat"           hash  "p|<topic>" += sent                   (written)
--- ARGV: [1] B, [2] now ms, [3] msgpack array of {topic, body, key, tags, props, due, asked}
---       ("" = none), [4] wake channel, [5] shard number.
--- Returns {msgpack array of {1 (OK) | 0 (DUPLICATE), n, due}, wake due or -1}.
+-- A record is 15 digits of due ms, "k" (keyed) or "-", then a msgpack array {topic, due,
+-- born, key, tags, props, body, asked due} ("" for none): the due and the flag can be read
+-- without unpacking, so a keyless message costs one SET and one ZADD member.
+-- ARGV: [1] B, [2] wake channel, [3] shard number, [4] T = topics counted below, then
+--       T pairs [topic, keyless messages of it], then one record per message.
+-- Returns {last number before the batch, wake due or -1, flat triples [index, n, due]
+-- of the DUPLICATE messages}: the others got numbers last+1, last+2, ... in order.
 -- A keyed message is a DUPLICATE while its key's message is pending, or when that
 -- message fired (not aborted) and was asked for the same due ms.
-local base, now = ARGV[1], ARGV[2]
+local base = ARGV[1]
 local due_key = KEYS[1]
-local msgs = cmsgpack.unpack(ARGV[3])
+local topics = tonumber(ARGV[4])
+local first = 5 + 2 * topics
+local count = #ARGV - first + 1
 local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
 local old_head = head[2] and tonumber(head[2]) or nil
-local keys_hash = base .. 'keys'
-local seq = redis.call('INCRBY', base .. 'n', #msgs) - #msgs
-local out, batch_keys, counts, zargs = {}, {}, {}, {}
+local start = redis.call('INCRBY', base .. 'n', count) - count
+local seq = start
+local counts, zargs, dups, batch_keys = {}, {}, {}, {}
+for t = 5, first - 1, 2 do counts[ARGV[t]] = tonumber(ARGV[t + 1]) end
 local min_due = nil
-for i, m in ipairs(msgs) do
-  local topic, key, due = m[1], m[3], m[6]
+local idx = 0
+for a = first, #ARGV do
+  idx = idx + 1
+  local rec = ARGV[a]
+  local due = string.sub(rec, 1, 15)
+  local field, asked, topic = nil, nil, nil
   local dup = nil
-  local field = nil
-  if key ~= '' then
-    field = topic .. '\0' .. key
+  if string.byte(rec, 16) == 107 then -- "k": keyed
+    local r = cmsgpack.unpack(string.sub(rec, 17))
+    topic = r[1]
+    field = topic .. '\0' .. r[4]
+    asked = string.format('%d', r[8])
     dup = batch_keys[field]
     if not dup then
-      local entry = redis.call('HGET', keys_hash, field)
+      local entry = redis.call('GET', base .. 'k:' .. field)
       if entry then
-        local bar = string.find(entry, '|', 1, true)
-        local on = string.sub(entry, 1, bar - 1)
-        local st = redis.call('HMGET', base .. 'm:' .. on, 's', 'd')
-        if st[1] == 'P' or (st[1] == 'F' and tonumber(string.sub(entry, bar + 1)) == m[7]) then
-          dup = {0, on, tonumber(st[2])}
+        local b1 = string.find(entry, '|', 1, true)
+        local b2 = string.find(entry, '|', b1 + 1, true)
+        local on = string.sub(entry, 1, b1 - 1)
+        if redis.call('EXISTS', base .. 'p:' .. on) == 1 or (
+            string.sub(entry, b1 + 1, b2 - 1) == asked and
+            redis.call('HGET', base .. 'm:' .. on, 's') == 'F') then
+          dup = {on, string.sub(entry, b2 + 1)}
         end
       end
     end
   end
   if dup then
-    out[i] = {0, dup[2], dup[3]}
+    dups[#dups + 1] = idx; dups[#dups + 1] = dup[1]; dups[#dups + 1] = dup[2]
   else
     seq = seq + 1
     local n = string.format('%d', seq)
-    local sdue = string.format('%d', due)
-    local h = {'t', topic, 'd', sdue, 'o', now, 's', 'P'}
-    if key ~= '' then
-      h[#h + 1] = 'k'; h[#h + 1] = key
-      redis.call('HSET', keys_hash, field, n .. '|' .. string.format('%d', m[7]))
-      batch_keys[field] = {0, n, due}
+    local d = tonumber(due)
+    if field then
+      local sdue = string.format('%d', d)
+      redis.call('SET', base .. 'k:' .. field, n .. '|' .. asked .. '|' .. sdue)
+      batch_keys[field] = {n, sdue}
+      counts[topic] = (counts[topic] or 0) + 1
     end
-    if m[4] ~= '' then h[#h + 1] = 'g'; h[#h + 1] = m[4] end
-    if m[5] ~= '' then h[#h + 1] = 'p'; h[#h + 1] = m[5] end
-    redis.call('HSET', base .. 'm:' .. n, unpack(h))
-    redis.call('SET', base .. 'b:' .. n, m[2])
-    zargs[#zargs + 1] = sdue
+    redis.call('SET', base .. 'p:' .. n, rec)
+    zargs[#zargs + 1] = due
     zargs[#zargs + 1] = n
-    counts[topic] = (counts[topic] or 0) + 1
-    if min_due == nil or due < min_due then min_due = due end
-    out[i] = {1, n, due}
+    if min_due == nil or d < min_due then min_due = d end
   end
 end
 for i = 1, #zargs, 1000 do
   redis.call('ZADD', due_key, unpack(zargs, i, math.min(i + 999, #zargs)))
 end
 for topic, c in pairs(counts) do
-  redis.call('HINCRBY', base .. 'stat', 'p|' .. topic, c)
+  if c > 0 then redis.call('HINCRBY', base .. 'stat', 'p|' .. topic, c) end
 end
 local wake = -1
 if min_due ~= nil and (old_head == nil or min_due < old_head) then
   wake = min_due
-  redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. string.format('%d', min_due))
+  redis.call('PUBLISH', ARGV[2], ARGV[3] .. ':' .. string.format('%d', min_due))
 end
-return {cmsgpack.pack(out), wake}
+return {start, wake, dups}

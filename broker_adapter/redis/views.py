@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgpack
+
 from broker_adapter.results import (
     BrokerStats,
     GroupStats,
@@ -67,6 +69,23 @@ def build_view(msg_id: str, fields: Mapping[bytes, bytes], retry_due: Mapping[st
         body_size=body_size,
         groups=groups,
         error=error,
+    )
+
+
+def record_view(msg_id: str, record: bytes) -> MessageView:
+    """A ``PENDING`` view from a pending record (``p:<n>``: 15 digits of due, a flag, then
+    msgpack ``[topic, due, born, key, tags, props, body, asked]``, ``""`` for none)."""
+    topic, due, born, key, tags, _props, body, _asked = msgpack.unpackb(record[16:], raw=True)
+    return MessageView(
+        msg_id=msg_id,
+        topic=topic.decode(),
+        state=MessageState.PENDING,
+        deliver_at_ms=int(due),
+        born_ms=int(born),
+        attempts=0,
+        key=_text(key),
+        tags=_text(tags),
+        body_size=len(body),
     )
 
 

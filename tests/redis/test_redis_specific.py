@@ -14,6 +14,7 @@ from broker_adapter.clock import ManualClock
 from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
 from broker_adapter.redis import keys as K
+from broker_adapter.results import AbortStatus, SendStatus
 from tests.conftest import START_MS
 from tests.helpers import eventually, pull_until
 
@@ -47,7 +48,8 @@ def test_every_key_of_a_message_shares_its_shard_slot(redis_url: str) -> None:
             client.close()
         base = broker.bases[int(r.msg_id.split("-")[0])]
     mine = [k for k in keys if k.startswith(base)]
-    assert {base + "m:" + r.msg_id.split("-")[1], base + "keys", base + "due"} <= set(mine)
+    key_entry = base + "k:t\0order:1"
+    assert {base + "m:" + r.msg_id.split("-")[1], key_entry, base + "due"} <= set(mine)
     assert {key_slot(k.encode()) for k in mine} == {key_slot((base + "due").encode())}
 
 
@@ -97,12 +99,15 @@ def test_fired_messages_expire_after_retention_but_pending_ones_never(redis_url:
         pull_until(c, 1)
         client = redis.Redis.from_url(redis_url)
         try:
-            def ttl(msg_id: str) -> int:
+            def ttl(msg_id: str, kind: str) -> int:
                 shard, n = msg_id.split("-")
-                return int(client.pttl(f"{broker.bases[int(shard)]}m:{n}"))
+                return int(client.pttl(f"{broker.bases[int(shard)]}{kind}{n}"))
 
-            assert ttl(later.msg_id) == -1
-            assert 0 < ttl(now.msg_id) <= 600_000
+            assert ttl(later.msg_id, "p:") == -1  # the pending record, no TTL
+            assert ttl(later.msg_id, "m:") == -2  # no hash until it fires
+            assert 0 < ttl(now.msg_id, "m:") <= 600_000
+            assert 0 < ttl(now.msg_id, "b:") <= 600_000
+            assert ttl(now.msg_id, "p:") == -2
         finally:
             client.close()
 
@@ -189,3 +194,43 @@ def test_ready_news_is_published_only_while_another_process_listens(redis_url: s
             eventually(lambda: alone.firer._publish is True, what="publishing again")
             clock.advance(1_000)
             assert [m.body for m in c.pull(max_messages=5, wait_ms=5_000)] == [b"x"]
+
+
+def test_key_index_entries_expire_after_retention_and_keep_the_duplicate_rule(
+    redis_url: str,
+) -> None:
+    """A key's entry has no TTL while its message is pending, and ``retention_ms`` once
+    it fired or was aborted: within it the duplicate rule holds as on every adapter;
+    after it the entry is gone, so the index never outgrows pending + retained keys."""
+    clock = ManualClock(START_MS)
+    client = redis.Redis.from_url(redis_url)
+    with RedisBroker.from_url(redis_url + "?retention_ms=1500", clock=clock) as broker:
+        c = broker.consumer("g", ["t"])
+        base = broker.bases[0]
+
+        def entry_ttl(key: str) -> int:
+            return int(client.pttl(f"{base}k:t\0{key}"))
+
+        due = START_MS + 1_000
+        fired = broker.send(Message("t", b"a", key="fire", deliver_at_ms=due))
+        aborted = broker.send(Message("t", b"b", key="abort", deliver_at_ms=due))
+        assert broker.send(Message("t", b"a2", key="fire", deliver_at_ms=due + 5)).status \
+            is SendStatus.DUPLICATE  # pending: any due time
+        assert entry_ttl("fire") == -1 and entry_ttl("abort") == -1
+        assert broker.abort(key="abort", topic="t").status is AbortStatus.ABORTED
+        clock.advance(1_000)
+        assert [m.msg_id for m in pull_until(c, 1)] == [fired.msg_id]
+        assert 0 < entry_ttl("fire") <= 1_500 and 0 < entry_ttl("abort") <= 1_500
+        # fired, same asked ms: a duplicate; aborted: not
+        again = broker.send(Message("t", b"a3", key="fire", deliver_at_ms=due))
+        assert (again.status, again.msg_id) == (SendStatus.DUPLICATE, fired.msg_id)
+        assert broker.abort(key="abort", topic="t").status is AbortStatus.ABORTED
+        # after retention every entry is gone; the index holds nothing for these keys
+        eventually(lambda: entry_ttl("fire") == -2 and entry_ttl("abort") == -2,
+                   timeout=10, what="key entries expired")
+        assert not list(client.scan_iter(f"{base}k:*"))
+        reborn = broker.send(Message("t", b"a4", key="fire", deliver_at_ms=due))
+        assert reborn.status is SendStatus.OK and reborn.msg_id != fired.msg_id
+        assert entry_ttl("fire") == -1  # pending again: no TTL
+        assert aborted.status is SendStatus.OK
+    client.close()
