@@ -36,6 +36,7 @@ from broker_adapter.embedded.query import MessageQuery
 from broker_adapter.embedded.records import (
     encode,
 )
+from broker_adapter.embedded.retention import Retention
 from broker_adapter.embedded.store import RocksStore
 from broker_adapter.embedded.timing_wheel import TimingWheel
 from broker_adapter.errors import (
@@ -78,7 +79,9 @@ class EmbeddedBroker(BrokerAdapter):
     :param max_body_bytes: largest body (plus properties) accepted.
     :param max_delay_ms: the furthest ahead a message may be due.
     :param window_ms: the near window of the timing wheel held in memory.
-    :param retention_ms: how long fired messages stay readable for groups.
+    :param retention_ms: how long fired messages stay readable for groups, and their
+        business keys (and those of aborted ones) known to keyed sends; see
+        :mod:`~broker_adapter.embedded.retention`.
     :param fire_chunk: most messages fired in one write batch.
     :raises BrokerLocked: when another process owns ``path``.
     """
@@ -133,6 +136,7 @@ class EmbeddedBroker(BrokerAdapter):
                 self._tails[tid] = tail
         self._wheel = TimingWheel(self._store, fired_upto, window_ms=window_ms)
         self._groups = GroupRegistry(self)
+        self._retention = Retention(self)
         self._query = MessageQuery(self)
         self._wake = threading.Condition(threading.Lock())
         self._kicked = False
@@ -465,9 +469,11 @@ class EmbeddedBroker(BrokerAdapter):
                     continue
                 now = self._now()
                 deadline = self._groups.housekeep(now)
-                if now >= next_trim:
+                if now >= next_trim:  # a round in chunks, firing in between
+                    if not self._retention.trim(now):
+                        time.sleep(0)
+                        continue
                     next_trim = now + _TRIM_INTERVAL_MS
-                    self._trim(now)
                 with self._lock:
                     due = self._wheel.next_due_ms()
                 wake = min(x for x in (due, deadline, now + 1000) if x is not None)
@@ -484,22 +490,6 @@ class EmbeddedBroker(BrokerAdapter):
                     return
                 log.exception("wheel thread error on %s", self.path)
                 time.sleep(0.05)
-
-    def _trim(self, now: int) -> None:
-        """Drop fired messages past retention that every group has passed, and abort
-        tombstones whose due time is past retention (runs every minute of broker time)."""
-        floor = K.wheel_key(max(now - self.retention_ms, 0), 0)
-        store = self._store
-        batch = store.batch()
-        batch.delete_range(b"", floor, store.handle[K.CF_ABORTED])
-        for tid, prefix in list(self._tid_prefix.items()):
-            end = prefix + floor
-            for group in self._groups.subscribers.get(tid, ()):
-                with group.lock:
-                    end = min(end, group.committed(tid))
-            if end > prefix:
-                batch.delete_range(prefix, end, store.handle[K.CF_READY])
-        store.write(batch, lazy=True)
 
     def close(self) -> None:
         """See :meth:`BrokerAdapter.close`."""

@@ -7,7 +7,8 @@ Column families and their keys::
     ready    tid(2) time(8) seq(8)               -> record      fired messages, per topic, in fire order
     keys     tid(2) key(utf-8)                   -> wheel key(16) + asked due ms(8): latest message
                                                     with that business key, and the due time
-                                                    its sender asked for (before clamping to now)
+                                                    its sender asked for (before clamping to now);
+                                                    dropped with its message by retention
     aborted  time(8) seq(8)                      -> abort ms(8) tombstone of an aborted message
     consume  gid(2) msg id(16)                   -> group note  a group's retry/dead state of a message
     meta     b"T" name                           -> tid(2)      topic registry

@@ -1,12 +1,16 @@
-"""Fired messages are trimmed after the retention time, once every group has passed them."""
+"""Fired messages are trimmed after the retention time, once every group has passed them;
+their business keys go with them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from broker_adapter import ManualClock, Message, MessageState
-from broker_adapter.embedded import EmbeddedBroker
-from tests.helpers import eventually, pull_one
+import pytest
+
+from broker_adapter import ManualClock, Message, MessageState, SendStatus
+from broker_adapter.embedded import EmbeddedBroker, retention
+from broker_adapter.embedded import keys as K
+from tests.helpers import eventually, pull_one, pull_until
 
 HOUR = 3_600_000
 
@@ -35,3 +39,62 @@ def test_trim_drops_consumed_messages_past_retention_and_keeps_the_rest(tmp_path
         assert view is not None and view.state is MessageState.ABORTED
         kept = broker.query(second)  # the slow group has not passed it: kept
         assert kept is not None and kept.groups["slow"] is not MessageState.DONE
+
+
+def key_entries(broker: EmbeddedBroker) -> int:
+    """How many entries the key index holds."""
+    return sum(1 for _ in broker._store.cf[K.CF_KEYS].keys())  # noqa: SIM118 - Rdict
+
+
+def test_keys_of_trimmed_and_aborted_messages_are_forgotten(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with EmbeddedBroker(tmp_path / "d", clock=clock, retention_ms=HOUR) as broker:
+        c = broker.consumer("g", ["t"])
+        start = clock.now_ms()
+        fired = broker.send(Message("t", b"1", key="order-1", deliver_at_ms=start))
+        broker.send(Message("t", b"2", key="order-2", delay_ms=1_000))
+        assert broker.abort(key="order-2", topic="t").status.value == "ABORTED"
+        assert c.ack(pull_one(c))
+        again = Message("t", b"1", key="order-1", deliver_at_ms=start)
+        assert broker.send(again).status is SendStatus.DUPLICATE  # fired at that time
+        assert key_entries(broker) == 2
+
+        clock.advance(2 * HOUR)
+        eventually(lambda: key_entries(broker) == 0, what="both keys forgotten")
+        assert broker.query(fired.msg_id) is None
+        resent = broker.send(again)  # the old occurrence is past retention: a new message
+        assert resent.status is SendStatus.OK and resent.msg_id != fired.msg_id
+
+
+def test_a_key_taken_over_by_a_later_send_stays(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with EmbeddedBroker(tmp_path / "d", clock=clock, retention_ms=HOUR) as broker:
+        c = broker.consumer("g", ["t"])
+        old = broker.send(Message("t", b"old", key="k"))
+        assert c.ack(pull_one(c))
+        later = broker.send(Message("t", b"new", key="k", delay_ms=10 * HOUR))
+        assert later.status is SendStatus.OK
+        clock.advance(2 * HOUR)
+        eventually(lambda: broker.query(old.msg_id) is None, what="the old message trimmed")
+        assert key_entries(broker) == 1
+        dup = broker.send(Message("t", b"x", key="k", delay_ms=HOUR))
+        assert (dup.status, dup.msg_id) == (SendStatus.DUPLICATE, later.msg_id)
+
+
+def test_trimming_goes_in_chunks_and_firing_goes_on(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retention, "TRIM_CHUNK", 7)
+    clock = ManualClock()
+    with EmbeddedBroker(tmp_path / "d", clock=clock, retention_ms=HOUR) as broker:
+        c = broker.consumer("g", ["t"])
+        broker.send_batch([Message("t", b"", key=f"k{i}") for i in range(50)])
+        broker.send_batch([Message("t", b"", key=f"a{i}", delay_ms=10) for i in range(20)])
+        for i in range(20):
+            broker.abort(key=f"a{i}", topic="t")
+        assert c.ack_batch(pull_until(c, 50)) == [True] * 50
+        assert key_entries(broker) == 70
+        clock.advance(2 * HOUR)
+        late = broker.send(Message("t", b"late", delay_ms=5))
+        clock.advance(5)
+        assert pull_one(c).msg_id == late.msg_id
+        eventually(lambda: key_entries(broker) == 0, what="every key forgotten, 7 at a time")

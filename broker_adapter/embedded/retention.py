@@ -1,0 +1,97 @@
+"""Retention: what the embedded broker drops once nobody can need it any more.
+
+Past ``retention_ms`` of broker time it drops fired messages that every group
+subscribed to their topic has passed (the ``ready`` family), abort tombstones
+whose due time passed (``aborted``), and with both the business-key entries
+(``keys``) that still point at them, so a keyed workload (an order timeout
+keyed by order id) does not grow the key index for ever. A key entry that a
+later send with the same key took over points elsewhere and stays.
+
+The work goes in chunks of :data:`TRIM_CHUNK` records, one per call of
+:meth:`Retention.trim` on the wheel thread, which fires what is due between two
+calls: a big backlog past retention never holds the timing wheel up.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker_adapter.embedded import keys as K
+from broker_adapter.embedded.records import HEAD_SIZE, record_id
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from broker_adapter.embedded.broker import EmbeddedBroker
+
+#: Records looked at per call (the wheel thread fires due messages between calls).
+TRIM_CHUNK = 5_000
+_KEY_LEN = slice(38, 40)  # key length in a record's head (see records.py)
+
+
+class Retention:
+    """Trims the data directory of one broker, a chunk at a time.
+
+    :param broker: the broker whose store it trims (only its wheel thread calls in).
+    """
+
+    def __init__(self, broker: EmbeddedBroker) -> None:
+        self._b = broker
+        # Per topic id: the ready key below which everything is trimmed already, so a
+        # pass does not walk the deleted head again (range tombstones still cost).
+        self._trimmed: dict[int, bytes] = {}
+        self._aborted_from = b""
+
+    def trim(self, now: int) -> bool:
+        """Trim one chunk of what retention lets go at broker time ``now``; ``True``
+        when nothing is left for this round."""
+        b = self._b
+        floor = K.wheel_key(max(now - b.retention_ms, 0), 0)
+        store = b._store
+        batch = store.batch()
+        left = TRIM_CHUNK
+        h_aborted, h_ready = store.handle[K.CF_ABORTED], store.handle[K.CF_READY]
+        lower = self._aborted_from
+        if lower < floor:
+            rows = store.scan(K.CF_ABORTED, lower, floor, left)
+            for wkey, value in rows:
+                self._forget_key(batch, value[8:], wkey)  # value: abort ms(8) + record
+            upto = floor if len(rows) < left else K.next_key(rows[-1][0])
+            batch.delete_range(lower, upto, h_aborted)
+            self._aborted_from = upto
+            left -= len(rows)
+        for tid, prefix in list(b._tid_prefix.items()):
+            if left <= 0:
+                break
+            end = prefix + floor
+            for group in b._groups.subscribers.get(tid, ()):
+                with group.lock:
+                    end = min(end, group.committed(tid))
+            lower = max(self._trimmed.get(tid, prefix), prefix)
+            if end <= lower:
+                continue
+            rows = store.scan(K.CF_READY, lower, end, left)
+            for ready_key, record in rows:
+                self._forget_key(batch, record, ready_key[2:])
+            upto = end if len(rows) < left else K.next_key(rows[-1][0])
+            batch.delete_range(lower, upto, h_ready)
+            self._trimmed[tid] = upto
+            left -= len(rows)
+        store.write(batch, lazy=True)
+        return left > 0
+
+    def _forget_key(self, batch: Any, record: bytes, wkey: bytes) -> None:
+        """Delete the key entry of the message in ``record`` (stored at ``wkey``) if it
+        still points at that message. A retry's record names the first send's key entry
+        through its message id."""
+        klen = int.from_bytes(record[_KEY_LEN], "big")
+        if not klen:
+            return
+        raw = record_id(record)
+        first_wkey = b"\x00\x00" + raw[:14]  # the id is time(6) seq(8) tid(2)
+        if wkey != first_wkey:
+            return  # a retry's copy: the first send's record decides
+        index = raw[14:16] + record[HEAD_SIZE:HEAD_SIZE + klen]
+        entry = self._b._store.cf[K.CF_KEYS].get(index)
+        if entry is not None and entry[:16] == first_wkey:
+            batch.delete(index, self._b._store.handle[K.CF_KEYS])
