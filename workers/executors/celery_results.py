@@ -35,6 +35,9 @@ _log = logging.getLogger("chronoq.workers.CeleryExecutor")
 READY_STATES = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
 #: Ids per ``MGET`` in a sweep.
 SWEEP_CHUNK = 1000
+#: How Celery's JSON meta of an unready state starts (``status`` is its first field):
+#: such a state change is dropped without decoding it. Any other text is decoded.
+_UNREADY = tuple(f'{{"status": "{s}"'.encode() for s in ("STARTED", "RETRY", "RECEIVED"))
 
 
 class CeleryTaskFailed(Exception):
@@ -215,7 +218,10 @@ class ResultWatcher:
         with self._lock:
             if task_id not in self._watched:
                 return
-        meta = self._backend.decode_result(msg["data"])
+        data = msg["data"]
+        if isinstance(data, bytes) and data.startswith(_UNREADY):
+            return  # e.g. STARTED: half the messages, not worth a JSON decode
+        meta = self._backend.decode_result(data)
         if isinstance(meta, dict):
             self._resolve(task_id, meta)
 
