@@ -33,7 +33,7 @@ from collections.abc import Sequence
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.remote_send import start_server
+from bench.remote_send import start_server, stop_server
 from bench.stats import format_percentiles, percentiles
 from broker_adapter import Message, open_broker
 from broker_adapter.base import Consumer
@@ -120,8 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if sent - got else 0
     finally:
         if proc is not None:
-            proc.terminate()
-            proc.wait(30)
+            stop_server(proc)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 

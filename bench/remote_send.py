@@ -50,6 +50,14 @@ def start_server(data_dir: str) -> tuple[subprocess.Popen[str], str]:
     return proc, "chronoq://" + line.split()[4]
 
 
+def stop_server(proc: subprocess.Popen[str]) -> None:
+    """Stop a server child started by :func:`start_server` (SIGTERM drains it)."""
+    proc.terminate()
+    proc.wait(30)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 def timed(threads: int, work: Callable[[int], None]) -> float:
     """Wall seconds for ``threads`` threads each running ``work(i)``."""
     ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
@@ -112,8 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"batched ({args.batch}) {batched:,.0f} msgs/s")
     finally:
         if proc is not None:
-            proc.terminate()
-            proc.wait(30)
+            stop_server(proc)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     return 0

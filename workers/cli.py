@@ -10,6 +10,7 @@
     chronoq query   [--url URL] ID
     chronoq pending [--url URL] [--topic T] [--limit N]
     chronoq stats   [--url URL]
+    chronoq bench [NAME [ARGS...]]   (a script of bench/, run from a checkout; no NAME lists them)
 
 ``--url`` defaults to ``CHRONOQ_BROKER_URL`` (``rocksdb://./chronoq-data``); ``--json``
 prints one JSON document instead of text. Exit status: 0 on success, 1 when the
@@ -189,6 +190,45 @@ _OPS = {
 }
 
 
+def bench_scripts() -> dict[str, str]:
+    """``chronoq bench`` names of the scripts in the checkout's ``bench/`` folder."""
+    folder = os.path.join(os.getcwd(), "bench")
+    names = sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py")) \
+        if os.path.isdir(folder) else []
+    return {n.replace("_", "-"): n for n in names
+            if not n.startswith("_") and n not in ("loadgen", "stats", "pending")}
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    """Run ``bench/<name>.py`` with the remaining arguments, as ``python bench/...`` would."""
+    import runpy
+
+    scripts = bench_scripts()
+    if args.name is None or not scripts:
+        if not scripts:
+            print("chronoq bench: no bench/ folder here; run it from a chronoq checkout "
+                  "(the project root)", file=sys.stderr)
+            return 2
+        print("benchmarks: " + ", ".join(scripts))
+        return 0
+    module = scripts.get(args.name)
+    if module is None:
+        print(f"chronoq bench: unknown benchmark {args.name!r}; one of: "
+              + ", ".join(scripts), file=sys.stderr)
+        return 2
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    saved = sys.argv
+    sys.argv = [f"bench/{module}.py", *args.args]
+    try:
+        runpy.run_module(f"bench.{module}", run_name="__main__")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = saved
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``chronoq`` command."""
     parser = argparse.ArgumentParser(prog="chronoq", description="chronoq job scheduler")
@@ -237,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", default="chronoq-report", metavar="DIR", help="output dir")
     report.add_argument("--bucket", type=int, default=60, metavar="S", help="bucket seconds")
     report.add_argument("--master", help="Spark master (default: $CHRONOQ_SPARK_MASTER)")
+    bench = sub.add_parser("bench", help="run a benchmark script of bench/ (no name: list)")
+    bench.add_argument("name", nargs="?", help="e.g. timer-load, remote-send")
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     from broker_adapter.server.cli import add_serve_parser  # msgpack etc. only for the CLI
 
     broker = sub.add_parser("broker", help="the built-in broker as a server for many processes")
@@ -285,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_run(args)
         if args.command == "report":
             return _cmd_report(args)
+        if args.command == "bench":
+            return _cmd_bench(args)
         if args.command == "broker":
             return int(args.func(args))
         with open_broker(args.url) as broker:

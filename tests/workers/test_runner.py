@@ -180,3 +180,20 @@ def test_ops_commands_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["query", "--url", url, "nope"]) == 1
     with open_broker(url) as broker:
         assert broker.stats().pending == 0
+
+
+def test_chronoq_bench_lists_runs_and_refuses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["bench"]) == 0
+    listed = capsys.readouterr().out
+    assert "timer-load" in listed and "remote-send" in listed and "loadgen" not in listed
+    assert main(["bench", "no-such-bench"]) == 2
+    assert "unknown benchmark" in capsys.readouterr().err
+    # A real (small) run: a broker server child, sync and batched sends, figures printed.
+    assert main(["bench", "remote-send", "--single", "50", "--batched", "2000", "-p", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "single sync sends" in out and "batched (1000)" in out
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench"]) == 2
+    assert "run it from a chronoq checkout" in capsys.readouterr().err
