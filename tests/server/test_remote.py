@@ -92,6 +92,23 @@ def test_a_consumer_gets_messages_of_every_endpoint(
         assert_nothing(c)
 
 
+def test_ack_batch_splits_by_endpoint_and_keeps_the_order(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    a, b = two_servers
+    with RemoteBroker.from_url(_pair_url(a, b)) as broker:
+        c = broker.consumer("g", ["both"])
+        for i in range(10):
+            broker.send(Message("both", b"%d" % i))
+        got = pull_until(c, 10)
+        nodes = {m.msg_id.split(":")[0] for m in got}
+        assert len(nodes) == 2  # round-robin put messages on both servers
+        assert c.ack(got[3])
+        mixed = [got[3], *got, got[0]]  # interleaved endpoints, an acked one, a repeat
+        assert c.ack_batch(mixed) == [False] + [i != 3 for i in range(10)] + [False]
+        assert_nothing(c)
+
+
 def test_a_consumer_keeps_consuming_when_one_endpoint_dies(
     two_servers: tuple[ServerProcess, ServerProcess],
 ) -> None:
