@@ -62,11 +62,13 @@ class AckBatcher:
                 if not batch:
                     return
                 b = self._b
-                per: dict[tuple[int, str], list[bytes]] = {}
+                per: dict[str, dict[int, list[bytes]]] = {}
                 for s, g, n, att in batch:
-                    per.setdefault((s, g), []).extend((n, att))
-                b.scripts.pipeline([("ack", b.due_keys[s], (b.bases[s], g, *pairs))
-                                    for (s, g), pairs in per.items()])
+                    per.setdefault(g, {}).setdefault(s, []).extend((n, att))
+                for g, shards in per.items():  # one call per group (per master on a cluster)
+                    b.scripts.fan("ack_batch", [b.due_keys[s] for s in shards], (g,),
+                                  [(b.bases[s], len(pairs) // 2, *pairs)
+                                   for s, pairs in shards.items()])
 
     def close(self) -> None:
         """Write what is queued, then stop the thread."""

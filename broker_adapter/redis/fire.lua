@@ -18,11 +18,13 @@
 --   B.."stat"            hash  p|, f|, r|, i| counters                    (written)
 -- ARGV: [1] now ms, [2] max entries per shard, [3] retention ms, [4] ready channel ("" =
 --       nobody else listens: publish nothing), [5] origin; then triples [shard base, shard
---       number, 1 = also look at in-flight deadlines (else 0)]. "<origin>:<shard>" is
---       published on the ready channel for each shard where anything moved.
+--       number, 1 = also look at in-flight deadlines (else 0)]. One message
+--       "<origin>:<shard>,<shard>..." is published on the ready channel, naming the shards
+--       where anything moved.
 -- Returns msgpack array, per shard, of {fired + redelivered, next due or -1, next
 -- invisible deadline or -1 (none, or not looked at), more (0/1)}.
 local now, limit, retention = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local news = {} -- shards where anything moved
 local function fire(base, shard, scan)
 local due_key = base .. 'due'
 local items = redis.call('ZRANGEBYSCORE', due_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
@@ -114,7 +116,7 @@ end
 for f, d in pairs(cnt) do
   if d ~= 0 then redis.call('HINCRBY', base .. 'stat', f, d) end
 end
-if moved > 0 and ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. shard) end
+if moved > 0 then news[#news + 1] = shard end
 local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
 local more = 0
 if #items / 2 >= limit then more = 1 end
@@ -122,4 +124,7 @@ return {moved, head[2] and tonumber(head[2]) or -1, next_deadline, more}
 end
 local results = {}
 for i = 6, #ARGV, 3 do results[#results + 1] = fire(ARGV[i], ARGV[i + 1], ARGV[i + 2]) end
+if #news > 0 and ARGV[4] ~= '' then
+  redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. table.concat(news, ','))
+end
 return cmsgpack.pack(results)

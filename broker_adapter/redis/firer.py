@@ -107,16 +107,20 @@ class Firer:
         return shards, scans, any(scans)
 
     def _check_listeners(self) -> None:
-        """Publish ready news only when another process listens (on one instance; a
-        cluster always publishes). A process that subscribes later is heard from the
-        next sweep on; until then its waiting pulls look every ``RECHECK_S`` anyway."""
+        """Publish ready news only when another process listens (on a cluster, the
+        subscribers of every node are summed). A process that subscribes later is heard
+        from the next sweep on; until then its waiting pulls look every ``RECHECK_S``."""
         b = self._b
-        if b.scripts.cluster:
-            self._publish = True
-            return
         try:
-            counts = b.client.pubsub_numsub(b.ready_channel)
-            self._publish = not counts or int(counts[0][1]) != 1
+            if b.scripts.cluster:
+                listeners = 0
+                for node in b.client.get_nodes():
+                    counts = b.client.pubsub_numsub(b.ready_channel, target_nodes=node)
+                    listeners += int(counts[0][1]) if counts else 0
+            else:
+                counts = b.client.pubsub_numsub(b.ready_channel)
+                listeners = int(counts[0][1]) if counts else 0
+            self._publish = listeners != 1  # 0: not even ours yet, publish to be safe
         except RedisError:
             self._publish = True
 

@@ -27,7 +27,7 @@ log = logging.getLogger("chronoq.broker_adapter.RedisScripts")
 log.addHandler(logging.NullHandler())
 
 NAMES = ("send", "fire", "peek", "claim", "release", "ack", "nack", "abort", "register", "pending",
-         "extend")
+         "extend", "ack_batch")
 
 #: One script call: (script name, the shard's due key, arguments).
 Call = tuple[str, str, Sequence[Any]]
@@ -105,7 +105,7 @@ class Scripts:
 
         :param keys: each shard's due key (routing).
         :param common: the arguments before the shard groups.
-        :param per_shard: each shard's argument group (all of one length).
+        :param per_shard: each shard's argument group (the script knows where each ends).
         """
         if self.cluster:
             return self._fan_by_node(name, keys, common, per_shard)
@@ -116,30 +116,67 @@ class Scripts:
     def _fan_by_node(self, name: str, keys: Sequence[str], common: Sequence[Any],
                      per_shard: Sequence[Sequence[Any]]) -> list[Any]:
         """On a cluster: one call per master for all of its shards (a script without a
-        shebang may touch several slots of the node it runs on), all in one pipeline.
-        While slots move (a MOVED/ASK or a non-local key), one call per shard instead."""
-        by_node: dict[str, list[int]] = {}
-        try:
-            for i, k in enumerate(keys):
-                by_node.setdefault(self._client.get_node_from_key(k).name, []).append(i)
-        except RedisError:
-            by_node = {str(i): [i] for i in range(len(keys))}
-        groups = list(by_node.values())
+        shebang may touch several slots of the node it runs on), sent to every master
+        before any reply is read, on the masters' own connections (the cluster
+        pipeline costs several times more CPU). A call that fails (slots moved, script
+        cache lost, connection lost) is made again one per shard through the cluster
+        client, which follows redirections."""
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for i, k in enumerate(keys):
+            node = self._client.get_node_from_key(k)
+            by_node.setdefault(node.name, (node, []))[1].append(i)
+        groups = [g for _node, g in by_node.values()]
         calls: list[Call] = [(name, keys[g[0]], (*common, *(x for i in g for x in per_shard[i])))
                              for g in groups]
-        try:
-            replies = self.pipeline(calls)
-        except ResponseError as e:
-            if len(groups) == len(keys):
-                raise
-            log.info("per-node %s failed (%s); one call per shard instead", name, e)
-            replies = self.pipeline([(name, k, (*common, *p))
-                                     for k, p in zip(keys, per_shard, strict=True)])
-            return [msgpack.unpackb(r, raw=True)[0] for r in replies]
+        replies = self._direct([node for node, _g in by_node.values()], calls)
         out: list[Any] = [None] * len(keys)
+        again: list[int] = []
         for g, reply in zip(groups, replies, strict=True):
+            if isinstance(reply, Exception):
+                log.info("per-node %s failed (%s); one call per shard instead", name, reply)
+                again.extend(g)
+                continue
             for i, result in zip(g, msgpack.unpackb(reply, raw=True), strict=True):
                 out[i] = result
+        if again:
+            if any(isinstance(r, NoScriptError) for r in replies):
+                self.load()
+            retry = self.pipeline([(name, keys[i], (*common, *per_shard[i])) for i in again])
+            for i, reply in zip(again, retry, strict=True):
+                out[i] = msgpack.unpackb(reply, raw=True)[0]
+        return out
+
+    def _direct(self, nodes: Sequence[Any], calls: Sequence[Call]) -> list[Any]:
+        """Each call on its node's own connection: send all, then read all. Returns each
+        reply, or the exception that call met."""
+        sent: list[Any] = []
+        for node, (name, key, args) in zip(nodes, calls, strict=True):
+            pool = self._client.get_redis_connection(node).connection_pool
+            conn = None
+            try:
+                conn = pool.get_connection()
+                conn.send_command("EVALSHA", SHAS[name], 1, key, *args)
+                sent.append((pool, conn))
+            except Exception as e:  # noqa: BLE001 - the call is made again per shard
+                if conn is not None:
+                    conn.disconnect()
+                    pool.release(conn)
+                sent.append(e)
+        out: list[Any] = []
+        for item in sent:
+            if isinstance(item, Exception):
+                out.append(item)
+                continue
+            pool, conn = item
+            try:
+                out.append(conn.read_response())
+            except ResponseError as e:  # a Redis error reply: the connection is fine
+                out.append(e)
+            except Exception as e:  # noqa: BLE001 - lost connection: made again per shard
+                conn.disconnect()
+                out.append(e)
+            finally:
+                pool.release(conn)
         return out
 
     def _run(self, calls: Sequence[Call]) -> list[Any]:

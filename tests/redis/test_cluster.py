@@ -167,3 +167,9 @@ def test_a_firing_pass_is_one_script_call_per_master_covering_every_shard(
     assert [a - b for a, b in zip(_evalsha_calls(cluster), before, strict=True)] == [1, 1, 1]
     got = pull_until(c, 240, timeout=30, max_messages=240)
     assert {m.msg_id for m in got} == ids
+    # acks are batched one call per master too (ack_batch.lua), and all land
+    for m in got:
+        assert c.ack(m)
+    broker.flush()
+    assert broker.stats().groups["g"].acked_total == 240
+    assert broker.stats().groups["g"].inflight == 0
