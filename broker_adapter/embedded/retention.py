@@ -5,7 +5,9 @@ subscribed to their topic has passed (the ``ready`` family), abort tombstones
 whose due time passed (``aborted``), and with both the business-key entries
 (``keys``) that still point at them, so a keyed workload (an order timeout
 keyed by order id) does not grow the key index for ever. A key entry that a
-later send with the same key took over points elsewhere and stays.
+later send with the same key took over points elsewhere and stays. A group's
+retry or dead-letter note (``consume``) goes with the retry or dead-letter copy
+it points at.
 
 The work goes in chunks of :data:`TRIM_CHUNK` records, one per call of
 :meth:`Retention.trim` on the wheel thread, which fires what is due between two
@@ -71,14 +73,34 @@ class Retention:
             if end <= lower:
                 continue
             rows = store.scan(K.CF_READY, lower, end, left)
+            gid = self._group_of(tid)
             for ready_key, record in rows:
                 self._forget_key(batch, record, ready_key[2:])
+                if gid is not None:
+                    self._forget_note(batch, gid + record_id(record), ready_key[2:])
             upto = end if len(rows) < left else K.next_key(rows[-1][0])
             batch.delete_range(lower, upto, h_ready)
             self._trimmed[tid] = upto
             left -= len(rows)
         store.write(batch, lazy=True)
         return left > 0
+
+    def _group_of(self, tid: int) -> bytes | None:
+        """The id bytes of the group whose retry or dead-letter topic ``tid`` is."""
+        name = self._b._topic_names.get(tid, "")
+        for system in ("%RETRY%", "%DLQ%"):
+            if name.startswith(system):
+                group = self._b._groups.groups.get(name[len(system):])
+                return None if group is None else group.gid_bytes
+        return None
+
+    def _forget_note(self, batch: Any, note_key: bytes, wkey: bytes) -> None:
+        """Delete a group's note on a message if it names the copy at ``wkey`` (a later
+        retry's note names a later copy and stays)."""
+        store = self._b._store
+        note = store.cf[K.CF_CONSUME].get(note_key)
+        if note is not None and note[3:19] == wkey:  # kind(1) attempts(2) wheel key(16)
+            batch.delete(note_key, store.handle[K.CF_CONSUME])
 
     def _forget_key(self, batch: Any, record: bytes, wkey: bytes) -> None:
         """Delete the key entry of the message in ``record`` (stored at ``wkey``) if it

@@ -98,3 +98,31 @@ def test_trimming_goes_in_chunks_and_firing_goes_on(tmp_path: Path,
         clock.advance(5)
         assert pull_one(c).msg_id == late.msg_id
         eventually(lambda: key_entries(broker) == 0, what="every key forgotten, 7 at a time")
+
+
+def note_entries(broker: EmbeddedBroker) -> int:
+    """How many retry/dead-letter notes the groups keep."""
+    return sum(1 for _ in broker._store.cf[K.CF_CONSUME].keys())  # noqa: SIM118 - Rdict
+
+
+def test_retry_and_dead_letter_notes_go_with_their_copies(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with EmbeddedBroker(tmp_path / "d", clock=clock, retention_ms=HOUR) as broker:
+        c = broker.consumer("g", ["t"])
+        retried = broker.send(Message("t", b"r")).msg_id
+        dead = broker.send(Message("t", b"d")).msg_id
+        first = {m.msg_id: m for m in pull_until(c, 2)}
+        assert c.nack(first[retried], delay_ms=1_000, reason="try again")
+        assert c.dead_letter(first[dead], "unknown job")
+        clock.advance(1_000)
+        again = pull_one(c)
+        assert again.msg_id == retried and c.nack(again, delay_ms=1_000)  # a newer note
+        clock.advance(1_000)
+        assert c.ack(pull_one(c))
+        assert note_entries(broker) == 2
+        view = broker.query(dead)
+        assert view is not None and view.state is MessageState.DEAD
+
+        clock.advance(2 * HOUR)
+        eventually(lambda: note_entries(broker) == 0, what="both notes trimmed")
+        assert broker.query(retried) is None and broker.query(dead) is None
