@@ -75,7 +75,8 @@ class Scripts:
             return self._client.evalsha(SHAS[name], 1, key, *args)
 
     def pipeline(self, calls: Sequence[Call]) -> list[Any]:
-        """Run several scripts in one round trip (one per node on a cluster), in order.
+        """Run several scripts in one round trip (on a cluster, the calls of every master
+        go on its own connection at once), in order.
 
         Not a transaction: each call is atomic on its own shard.
 
@@ -116,19 +117,16 @@ class Scripts:
     def _fan_by_node(self, name: str, keys: Sequence[str], common: Sequence[Any],
                      per_shard: Sequence[Sequence[Any]]) -> list[Any]:
         """On a cluster: one call per master for all of its shards (a script without a
-        shebang may touch several slots of the node it runs on), sent to every master
-        before any reply is read, on the masters' own connections (the cluster
-        pipeline costs several times more CPU). A call that fails (slots moved, script
-        cache lost, connection lost) is made again one per shard through the cluster
-        client, which follows redirections."""
-        by_node: dict[str, tuple[Any, list[int]]] = {}
+        shebang may touch several slots of the node it runs on). A call that fails
+        (slots moved, script cache lost, connection lost) is made again one per shard
+        through the cluster client, which follows redirections."""
+        by_node: dict[str, list[int]] = {}
         for i, k in enumerate(keys):
-            node = self._client.get_node_from_key(k)
-            by_node.setdefault(node.name, (node, []))[1].append(i)
-        groups = [g for _node, g in by_node.values()]
+            by_node.setdefault(self._client.get_node_from_key(k).name, []).append(i)
+        groups = list(by_node.values())
         calls: list[Call] = [(name, keys[g[0]], (*common, *(x for i in g for x in per_shard[i])))
                              for g in groups]
-        replies = self._direct([node for node, _g in by_node.values()], calls)
+        replies = self._direct(calls)
         out: list[Any] = [None] * len(keys)
         again: list[int] = []
         for g, reply in zip(groups, replies, strict=True):
@@ -146,40 +144,60 @@ class Scripts:
                 out[i] = msgpack.unpackb(reply, raw=True)[0]
         return out
 
-    def _direct(self, nodes: Sequence[Any], calls: Sequence[Call]) -> list[Any]:
-        """Each call on its node's own connection: send all, then read all. Returns each
-        reply, or the exception that call met."""
-        sent: list[Any] = []
-        for node, (name, key, args) in zip(nodes, calls, strict=True):
+    def _direct(self, calls: Sequence[Call]) -> list[Any]:
+        """On a cluster: the calls on each master's own connection, every master's
+        calls sent before any reply is read (the cluster pipeline costs several times
+        more CPU). Returns each reply, or the exception that call met."""
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for i, (_name, key, _args) in enumerate(calls):
+            node = self._client.get_node_from_key(key)
+            by_node.setdefault(node.name, (node, []))[1].append(i)
+        missing = object()
+        out: list[Any] = [missing] * len(calls)
+        sent: list[tuple[Any, Any, list[int]]] = []
+        for node, idx in by_node.values():
             pool = self._client.get_redis_connection(node).connection_pool
             conn = None
             try:
                 conn = pool.get_connection()
-                conn.send_command("EVALSHA", SHAS[name], 1, key, *args)
-                sent.append((pool, conn))
-            except Exception as e:  # noqa: BLE001 - the call is made again per shard
+                conn.send_packed_command(conn.pack_commands(
+                    [("EVALSHA", SHAS[calls[i][0]], 1, calls[i][1], *calls[i][2]) for i in idx]))
+                sent.append((pool, conn, idx))
+            except Exception as e:  # noqa: BLE001 - the caller makes these calls again
                 if conn is not None:
                     conn.disconnect()
                     pool.release(conn)
-                sent.append(e)
-        out: list[Any] = []
-        for item in sent:
-            if isinstance(item, Exception):
-                out.append(item)
-                continue
-            pool, conn = item
+                for i in idx:
+                    out[i] = e
+        for pool, conn, idx in sent:
             try:
-                out.append(conn.read_response())
-            except ResponseError as e:  # a Redis error reply: the connection is fine
-                out.append(e)
-            except Exception as e:  # noqa: BLE001 - lost connection: made again per shard
+                for i in idx:
+                    try:
+                        out[i] = conn.read_response()
+                    except ResponseError as e:  # an error reply: the connection is fine
+                        out[i] = e
+            except Exception as e:  # noqa: BLE001 - lost connection: made again
                 conn.disconnect()
-                out.append(e)
+                for i in idx:
+                    if out[i] is missing:
+                        out[i] = e
             finally:
                 pool.release(conn)
         return out
 
     def _run(self, calls: Sequence[Call]) -> list[Any]:
+        if self.cluster:
+            results = self._direct(calls)
+            again = [i for i, r in enumerate(results)
+                     if isinstance(r, Exception) and not isinstance(r, NoScriptError)]
+            if again:  # through the cluster client, which follows redirections
+                pipe = self._client.pipeline(transaction=False)
+                for i in again:
+                    name, key, args = calls[i]
+                    pipe.execute_command("EVALSHA", SHAS[name], 1, key, *args)
+                for i, r in zip(again, pipe.execute(raise_on_error=False), strict=True):
+                    results[i] = r
+            return results
         pipe = self._client.pipeline(transaction=False)
         for name, key, args in calls:
             pipe.execute_command("EVALSHA", SHAS[name], 1, key, *args)

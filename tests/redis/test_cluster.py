@@ -173,3 +173,20 @@ def test_a_firing_pass_is_one_script_call_per_master_covering_every_shard(
     broker.flush()
     assert broker.stats().groups["g"].acked_total == 240
     assert broker.stats().groups["g"].inflight == 0
+
+
+def test_lost_script_caches_on_the_masters_are_reloaded(
+    cluster_harness: Harness, cluster: RedisClusterProcs
+) -> None:
+    broker = cluster_harness.broker
+    c = broker.consumer("g", ["t"])
+    for node in cluster.nodes:
+        client = redis.Redis(host="127.0.0.1", port=node.port)
+        try:
+            client.script_flush()
+        finally:
+            client.close()
+    sent = broker.send_batch([Message("t", b"%d" % i) for i in range(60)])  # every shard
+    assert len({r.msg_id for r in sent}) == 60
+    got = pull_until(c, 60, timeout=30, max_messages=60)
+    assert {m.msg_id for m in got} == {r.msg_id for r in sent}
