@@ -127,6 +127,7 @@ class Chronoq:
     :param data_dir: the embedded broker's directory.
     :param url: the Celery broker and result backend.
     :param max_workers: and ``prefetch``: the dispatcher's slots are their sum.
+    :param invisible_ms: the dispatcher's invisible time (default: its own).
     """
 
     def __init__(
@@ -137,7 +138,9 @@ class Chronoq:
         visibility_s: float = 3600,
         max_workers: int = 4,
         prefetch: int = 64,
+        invisible_ms: int | None = None,
     ) -> None:
+        self.invisible_ms = invisible_ms
         self.scheduler = Scheduler(
             f"rocksdb://{data_dir}", max_workers=max_workers, prefetch=prefetch
         )
@@ -151,7 +154,9 @@ class Chronoq:
         return self.scheduler.handle(name)
 
     def start(self) -> Chronoq:
-        self.dispatcher = Dispatcher(self.scheduler, drain_timeout_s=2)
+        self.dispatcher = Dispatcher(
+            self.scheduler, drain_timeout_s=2, invisible_ms=self.invisible_ms
+        )
         self._thread = threading.Thread(
             target=self.dispatcher.run_forever,
             kwargs={"stop_event": self._stop, "poll_ms": 50},

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,27 @@ def test_a_published_job_frees_its_slot_while_its_task_runs(tmp_path: Path, redi
     finally:
         chronoq.close()
         worker.stop()
+
+
+def test_a_message_stays_invisible_while_its_task_runs_past_the_invisible_time(
+    tmp_path: Path, redis_url: str, worker: CeleryWorker
+) -> None:
+    # Given a dispatcher whose messages are invisible for 1 s, and a task that runs longer
+    chronoq = Chronoq(tmp_path / "data", redis_url, invisible_ms=1000).start()
+    try:
+        receipt = chronoq.handle("t.slow").schedule("long")
+        wait_for("the run", lambda: runs(redis_url, "t.slow"))
+        # When three invisible times pass while the outcome is awaited
+        time.sleep(3)
+        assert _state(chronoq, receipt.msg_id) is MessageState.INFLIGHT
+        _release_slow_jobs(redis_url)
+        # Then the dispatcher kept extending it: never redelivered, one attempt, DONE
+        wait_for("DONE", lambda: _state(chronoq, receipt.msg_id) is MessageState.DONE)
+        view = chronoq.scheduler.broker.query(receipt.msg_id)
+        assert view is not None and view.attempts == 1
+        assert [r["task_id"] for r in runs(redis_url, "t.slow")] == [receipt.msg_id]
+    finally:
+        chronoq.close()
 
 
 def test_a_dispatcher_restarted_mid_task_ends_done_exactly_once(

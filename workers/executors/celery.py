@@ -34,14 +34,15 @@ settles the message as it does a local job's: ``query(msg_id)`` /
 a retry waits, ``DEAD`` with the error after the last attempt. At most
 ``Dispatcher(max_awaiting=...)`` outcomes (default 10,000) are awaited at once.
 
-Nothing is lost if the dispatcher dies while it waits: the message is still in
-flight in chronoq and comes back after its invisible time (60 s unless a job
-``timeout`` raises it), to this dispatcher or another; the redelivery looks the
-task id up (above) and acks a ``SUCCESS`` without publishing, waits for a
-``STARTED`` task, and retries a ``FAILURE``. The one gap: a task still queued in
+While it waits, the dispatcher extends the message's invisible time
+(``Consumer.extend``), so a slow task never brings its message back. Nothing is
+lost if the dispatcher dies meanwhile: the message is still in flight in chronoq
+and comes back after its invisible time (60 s unless a job ``timeout`` raises
+it), to this dispatcher or another; the redelivery looks the task id up (above)
+and acks a ``SUCCESS`` without publishing, waits for a ``STARTED`` task, and
+retries a ``FAILURE``. The one gap: a dead dispatcher's task still queued in
 Celery (``PENDING``, not started) when its message comes back is published a
-second time under the same id, so keep Celery's queue wait well below the
-invisible time.
+second time under the same id.
 
 **Who retries: chronoq.** A failed task is retried by the dispatcher's nack with
 the job's :class:`~scheduler.spec.RetryPolicy` (``retry_on``, backoff,
