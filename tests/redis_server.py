@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,77 @@ class RedisServer:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+class RedisSentinelProcs:
+    """A master, one replica and one Sentinel (quorum 1) watching them as ``service``;
+    ``redis+sentinel://`` URLs reach the master through it."""
+
+    def __init__(self, workdir: Path, service: str = "chronoq") -> None:
+        self.binary = require_redis_server()
+        self.workdir = workdir
+        self.service = service
+        self.master = RedisServer(workdir / "master")
+        self.replica = RedisServer(workdir / "replica")
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://127.0.0.1:{self.port}/{self.service}"
+
+    def start(self) -> RedisSentinelProcs:
+        """Start the master, the replica (synced) and the Sentinel (it knows the master)."""
+        self.master.start()
+        self.replica.start()
+        replica = redis.Redis(host="127.0.0.1", port=self.replica.port)
+        try:
+            replica.replicaof("127.0.0.1", self.master.port)
+            _wait(lambda: replica.info("replication").get("master_link_status") == "up",
+                  "the replica did not sync")
+        finally:
+            replica.close()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        conf = self.workdir / "sentinel.conf"
+        conf.write_text(
+            f"port {self.port}\nbind 127.0.0.1\nprotected-mode no\n"
+            f"dir {self.workdir}\nlogfile {self.workdir / 'sentinel.log'}\n"
+            f"sentinel monitor {self.service} 127.0.0.1 {self.master.port} 1\n"
+            f"sentinel down-after-milliseconds {self.service} 1000\n"
+            f"sentinel failover-timeout {self.service} 5000\n")
+        self.proc = subprocess.Popen([self.binary, str(conf), "--sentinel"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sentinel = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1)
+
+        def knows_master() -> bool:
+            try:
+                return bool(sentinel.execute_command(
+                    "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service))
+            except redis.ConnectionError:
+                return False
+
+        try:
+            _wait(knows_master, "the sentinel did not start")
+        finally:
+            sentinel.close()
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.replica.stop()
+        self.master.stop()
+
+
+def _wait(predicate: Callable[[], object], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
 
 
 class RedisClusterProcs:

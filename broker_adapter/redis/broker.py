@@ -140,7 +140,9 @@ class RedisBroker(BrokerAdapter):
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisBroker:
-        """Open ``redis://``, ``rediss://`` or ``redis+cluster://host:port`` (an entry node).
+        """Open ``redis://``, ``rediss://``, ``redis+cluster://host:port`` (an entry node)
+        or ``redis+sentinel://host:port[,host:port...]/service[/db]`` (the master Sentinel
+        names, followed across failovers).
 
         Query parameters ``prefix``, ``shards``, ``max_body_bytes``, ``max_delay_ms``,
         ``retention_ms``, ``fire`` (0/1) and ``fire_chunk`` go to the broker; the rest to

@@ -1,11 +1,13 @@
-"""Redis clients from broker URLs: ``redis://``, ``rediss://``, ``redis+cluster://``."""
+"""Redis clients from broker URLs: ``redis://``, ``rediss://``, ``redis+cluster://`` and
+``redis+sentinel://``."""
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode
 
 import redis
+from redis.sentinel import Sentinel
 
 from broker_adapter.errors import InvalidArgument
 from broker_adapter.redis.scripts import redis_errors
@@ -42,8 +44,49 @@ def open_client(url: str) -> tuple[Any, dict[str, Any]]:
         del params[name]
     query = f"?{urlencode(params)}" if params else ""
     with redis_errors("connect"):
-        if scheme == "redis+cluster":
-            client: Any = redis.RedisCluster.from_url(f"redis://{rest}{query}", **TIMEOUTS)
+        if scheme == "redis+sentinel":
+            client: Any = sentinel_client(url, rest, params)
+        elif scheme == "redis+cluster":
+            client = redis.RedisCluster.from_url(f"redis://{rest}{query}", **TIMEOUTS)
         else:
             client = redis.Redis.from_url(f"{scheme}://{rest}{query}", **TIMEOUTS)
     return client, opts
+
+
+def sentinel_client(url: str, rest: str, params: dict[str, str]) -> Any:
+    """The master of ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
+    as Redis Sentinel names it (and names it again after a failover). The user and
+    password are the master's; ``sentinel_password`` in the query is the sentinels'.
+    Other query parameters (e.g. ``db``, ``socket_timeout``) go to the master's client.
+
+    :raises InvalidArgument: without a sentinel address or a service name.
+    """
+    auth, _, hosts_path = rest.rpartition("@")
+    hosts, _, path = hosts_path.partition("/")
+    service, _, db = path.partition("/")
+    sentinels: list[tuple[str, int]] = []
+    for part in hosts.split(","):
+        host, _, port = part.rpartition(":")
+        try:
+            sentinels.append((host or "127.0.0.1", int(port or 26379)))
+        except ValueError as e:
+            raise InvalidArgument(f"bad sentinel address {part!r} in {url!r}") from e
+    if not hosts or not service:
+        raise InvalidArgument(
+            f"{url!r}: use redis+sentinel://host:port[,host:port...]/service_name[/db]")
+    kwargs: dict[str, Any] = dict(TIMEOUTS)
+    sentinel_kwargs: dict[str, Any] = dict(TIMEOUTS)
+    if "sentinel_password" in params:
+        sentinel_kwargs["password"] = params.pop("sentinel_password")
+    if auth:
+        user, _, password = auth.rpartition(":")
+        kwargs.update({"username": unquote(user) or None, "password": unquote(password)})
+    try:
+        kwargs["db"] = int(db or params.pop("db", "0") or 0)
+    except ValueError as e:
+        raise InvalidArgument(f"db in {url!r} must be an int") from e
+    for name, value in params.items():
+        kwargs[name] = float(value) if name.endswith("timeout") else value
+    sentinel: Any = Sentinel(  # type: ignore[no-untyped-call]
+        sentinels, sentinel_kwargs=sentinel_kwargs, **TIMEOUTS)
+    return sentinel.master_for(service, **kwargs)
