@@ -1,20 +1,31 @@
 """chronoq + CeleryExecutor against Celery's own ``apply_async(countdown=...)``.
 
 N jobs due uniformly 5-35 s after scheduling starts, on the same Redis and the
-same Celery worker command (``--pool=threads -c 4``, a fresh worker per path),
-once scheduled through chronoq (embedded broker; the dispatcher publishes each
-job when due) and once through Celery's ETA::
+same Celery worker command (a fresh worker per path), once scheduled through
+chronoq (embedded broker; the dispatcher publishes each job when due, with the
+default ``Settings``: prefetch 32, 8 slots) and once through Celery's ETA::
 
     .venv/bin/python bench/celery_vs_eta.py                 # N = 20,000
     .venv/bin/python bench/celery_vs_eta.py --n 100000
     .venv/bin/python bench/celery_vs_eta.py --n 2000,20000 --only chronoq   # RSS flat in N?
 
+The worker is what a user would run on this 2-core machine: Celery's default
+pool and prefetch, concurrency = cores (``--pool=prefork -c 2``,
+``worker_prefetch_multiplier`` 4), Redis broker and result backend,
+``task_track_started`` on (chronoq's redelivery check needs it), and the two
+INFO lines Celery logs per task ("received", "succeeded") off, as one does at
+hundreds of tasks a second. Both paths' tasks store their result.
+
 Printed per path: schedule throughput (one call per job), lateness at task
 start (start in the worker minus the asked-for due time) P50/P99/P99.9/max,
-the worker's own peak RSS (``VmHWM`` of the worker process), lost and
-duplicated runs (every run pushes its job number to a Redis list); then the
-ratios chronoq / Celery ETA. A redis-server is started on a free loopback port
-unless ``--redis-url`` is given.
+the worker's own peak RSS (``VmHWM`` of the worker process and its pool
+children), lost and duplicated runs (every run pushes its job number to a
+Redis list), CPU seconds per job of the worker and of the scheduling process
+(for chronoq: scheduling, firing, publishing and outcome tracking), and the
+load average; then the ratios chronoq / Celery ETA. For chronoq also the
+fire-to-publish lateness inside chronoq (the ``late=`` of the dispatcher's job
+lines): the part chronoq controls, as opposed to the worker's queueing. A
+redis-server is started on a free loopback port unless ``--redis-url`` is given.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import argparse
 import logging
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -143,15 +155,29 @@ class Worker:
             raise SystemExit("celery worker not ready:\n" + "".join(self.tail))
         self.idle_rss = proc_status(self.proc.pid).get("VmRSS", 0)
 
-    def peak_rss(self) -> int:
-        """``VmHWM`` of the worker process (plus its children's, for ``prefork``)."""
+    def _pids(self) -> list[int]:
         pids = [self.proc.pid]
         try:
             for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
                 pids += [int(c) for c in (task / "children").read_text().split()]
         except OSError:
             pass
-        return sum(proc_status(pid).get("VmHWM", 0) for pid in pids)
+        return pids
+
+    def peak_rss(self) -> int:
+        """``VmHWM`` of the worker process (plus its children's, for ``prefork``)."""
+        return sum(proc_status(pid).get("VmHWM", 0) for pid in self._pids())
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of the worker process and its pool children."""
+        total = 0
+        for pid in self._pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -183,13 +209,25 @@ def _collect(url: str, path: str, n: int, last_due_ms: float, patience_s: float)
         if past_due and now - stall_since > patience_s:
             break
         time.sleep(0.25)
-    raw = [r.decode() for r in client.lrange(RUNS, 0, -1)]
+    raw = [r.decode() if isinstance(r, bytes) else str(r) for r in client.lrange(RUNS, 0, -1)]
     client.delete(RUNS)
     client.close()
     return [r for r in raw if r.startswith(path + ",")]
 
 
-def _summary(path: str, n: int, sched_s: float, recs: list[str], worker: Worker) -> dict[str, Any]:
+def _own_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _summary(
+    path: str,
+    n: int,
+    sched_s: float,
+    recs: list[str],
+    worker: Worker,
+    cpu0: tuple[float, float, float],
+) -> dict[str, Any]:
     ids: dict[int, int] = {}
     late: list[float] = []
     for rec in recs:
@@ -205,6 +243,9 @@ def _summary(path: str, n: int, sched_s: float, recs: list[str], worker: Worker)
         "idle_rss": worker.idle_rss,
         "lost": n - len(ids),
         "dup": len(recs) - len(ids),
+        "worker_cpu": (worker.cpu_s() - cpu0[0]) / n,
+        "own_cpu": (_own_cpu_s() - cpu0[1]) / n,
+        "load": (cpu0[2], os.getloadavg()[0]),
     }
 
 
@@ -230,8 +271,9 @@ def run_chronoq(
     dlog = logging.getLogger("chronoq.workers.Dispatcher")
     dlog.addHandler(handler)
     dlog.setLevel(logging.INFO)
-    sched = Scheduler(f"rocksdb://{workdir / f'chronoq-{n}'}", prefetch=2000, max_workers=8)
+    sched = Scheduler(f"rocksdb://{workdir / f'chronoq-{n}'}")  # default Settings
     define(sched)
+    cpu0 = (worker.cpu_s(), _own_cpu_s(), os.getloadavg()[0])
     celery = celery_app_for(sched, url, worker_hijack_root_logger=False, executor_options=EXEC_OPTS)
     dispatcher = Dispatcher(sched)
     stop = threading.Event()
@@ -246,7 +288,7 @@ def run_chronoq(
             hit.schedule(i, due, delay=max(0.0, due - time.time() * 1000) / 1000)
         sched_s = time.perf_counter() - start
         recs = _collect(url, "chronoq", n, max(dues), patience_s=30)
-        out = _summary("chronoq", n, sched_s, recs, worker)
+        out = _summary("chronoq", n, sched_s, recs, worker, cpu0)
         out["publish_late"] = percentiles(handler.values)
         return out
     finally:
@@ -266,6 +308,7 @@ def run_eta(url: str, n: int, seed: int, concurrency: int, pool: str) -> dict[st
     worker = Worker(url, concurrency, pool)
     celery = celery_app_for(Scheduler("rocksdb://./unused"), url, worker_hijack_root_logger=False)
     task = celery.task(name="bench.hit_eta", shared=False)(_eta_stub)
+    cpu0 = (worker.cpu_s(), _own_cpu_s(), os.getloadavg()[0])
     try:
         t0 = time.time() * 1000
         dues = _dues(n, t0, seed)
@@ -274,7 +317,7 @@ def run_eta(url: str, n: int, seed: int, concurrency: int, pool: str) -> dict[st
             task.apply_async((i, due), countdown=max(0.0, due - time.time() * 1000) / 1000)
         sched_s = time.perf_counter() - start
         recs = _collect(url, "eta", n, max(dues), patience_s=60)
-        return _summary("celery-eta", n, sched_s, recs, worker)
+        return _summary("celery-eta", n, sched_s, recs, worker, cpu0)
     finally:
         worker.stop()
         celery.close()
@@ -303,20 +346,28 @@ def probe_capacity(url: str, n: int, concurrency: int, pool: str) -> float:
         celery.close()
 
 
+def _ratio(a: float | None, b: float | None, digits: int = 3) -> str:
+    return f"x{a / b:.{digits}f}" if a is not None and b else "n/a"
+
+
 def _print(rows: list[dict[str, Any]]) -> None:
     head = (
         f"{'path':<11} {'N':>8} {'sched/s':>9} {'late p50':>9} {'p99':>9} {'p99.9':>9} "
-        f"{'max':>9} {'worker peak RSS':>16} {'idle RSS':>9} {'lost':>6} {'dup':>6}"
+        f"{'max':>9} {'worker peak RSS':>16} {'idle RSS':>9} {'lost':>6} {'dup':>6} "
+        f"{'worker cpu/job':>15} {'sched-side cpu/job':>19} {'load':>10}"
     )
     print(head)
     for r in rows:
         late = r["late"]
+        load = f"{r['load'][0]:.1f}-{r['load'][1]:.1f}"
         print(
             f"{r['path']:<11} {num(r['n']):>8} {num(r['sched_rate']):>9} {ms(late['p50']):>9} "
             f"{ms(late['p99']):>9} {ms(late['p99.9']):>9} {ms(late['max']):>9} "
-            f"{mb(r['peak_rss']):>16} {mb(r['idle_rss']):>9} {r['lost']:>6} {r['dup']:>6}"
+            f"{mb(r['peak_rss']):>16} {mb(r['idle_rss']):>9} {r['lost']:>6} {r['dup']:>6} "
+            f"{r['worker_cpu'] * 1000:>12.2f} ms {r['own_cpu'] * 1000:>16.2f} ms {load:>10}"
         )
-    print("(lateness in ms; MB = 10**6 bytes)")
+    print("(lateness in ms, at task start in the worker; MB = 10**6 bytes; load = 1-min "
+          "load average at the path's start and end, 2 cores)")  # fmt: skip
     for r in rows:
         if "publish_late" in r:
             p = r["publish_late"]
@@ -329,12 +380,12 @@ def _print(rows: list[dict[str, Any]]) -> None:
         e = next((r for r in rows if r["n"] == n and r["path"] == "celery-eta"), None)
         if c is None or e is None:
             continue
-        p99c, p99e = c["late"]["p99"] or 0.0, e["late"]["p99"] or 0.0
+        lc, le = c["late"], e["late"]
         print(
-            f"N={num(n)}: chronoq/ETA  schedule rate x{c['sched_rate'] / e['sched_rate']:.1f}, "
-            f"lateness P99 x{p99c / p99e if p99e else float('nan'):.4f} "
-            f"({ms(p99c)} vs {ms(p99e)} ms), worker peak RSS "
-            f"x{c['peak_rss'] / e['peak_rss']:.2f} ({mb(c['peak_rss'])} vs {mb(e['peak_rss'])})"
+            f"N={num(n)}: chronoq/ETA  schedule rate {_ratio(c['sched_rate'], e['sched_rate'], 1)}, "
+            f"lateness P50 {_ratio(lc['p50'], le['p50'])} P99 {_ratio(lc['p99'], le['p99'])} "
+            f"P99.9 {_ratio(lc['p99.9'], le['p99.9'])}, worker peak RSS "
+            f"{_ratio(c['peak_rss'], e['peak_rss'], 2)} ({mb(c['peak_rss'])} vs {mb(e['peak_rss'])})"
         )
 
 
@@ -343,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", default="20000", help="jobs per run; a comma list runs each")
     parser.add_argument("--only", choices=["chronoq", "eta"], help="run one path only")
     parser.add_argument("--redis-url", help="use this Redis instead of starting one")
-    parser.add_argument("--concurrency", type=int, default=4, help="worker threads/processes")
-    parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
+    parser.add_argument("--concurrency", type=int, default=2, help="worker processes/threads")
+    parser.add_argument("--pool", default="prefork", choices=["threads", "prefork", "solo"])
     parser.add_argument("--probe", type=int, default=4000, help="capacity probe burst (0: skip)")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
@@ -360,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
             rate = probe_capacity(url, args.probe, args.concurrency, args.pool)
             print(f"worker capacity ({args.pool} -c {args.concurrency}): {num(rate)} tasks/s "
                   f"(a burst of {num(args.probe)} published at once)")  # fmt: skip
+        print(f"worker: celery worker --pool={args.pool} -c {args.concurrency} "
+              "(prefetch multiplier 4, per-task INFO lines off); load average "
+              f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")  # fmt: skip
         for n in (int(x) for x in args.n.split(",")):
             if args.only != "eta":
                 rows.append(run_chronoq(url, n, args.seed, args.concurrency, workdir, args.pool))
