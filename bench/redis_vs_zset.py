@@ -253,6 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 procs.stop()
             ratios.append(("cluster send", f"{cl['send'] / chronoq['send']:.2f}x one instance"))
+            for key in ("p50", "p99", "p99.9"):
+                one, many = chronoq["lat"][key], cl["lat"][key]
+                if one is not None and many is not None:
+                    text = f"{many:.2f} ms vs {one:.2f} ms on one instance"
+                    ratios.append((f"cluster {key}", text))
         print_block("redis_vs_zset: ratios", ratios)
     return 0
 

@@ -3,7 +3,7 @@
 -- Keys (B = ARGV[1], all in the shard's slot):
 --   KEYS[1] = B.."due"     zset  member "<n>" removed                     (written)
 --   B.."k:<topic>\0<key>"  string "<n>|<asked>|<due>": TTL retention      (read, written)
---   B.."p:<n>"             string the pending record: read, deleted       (read, written)
+--   B.."p:<n // 1024>"     hash  field "<n>", the pending record: read, deleted (read, written)
 --   B.."m:<n>", "b:<n>"    hash (s X, t d o k g p) and body made from the record, TTL
 --                          retention; or read: s F fired, X aborted       (read, written)
 --   B.."stat"              hash  p|<topic> -1                             (written)
@@ -19,8 +19,9 @@ if ARGV[2] == 'key' then
   if not entry then return {'N', ''} end
   n = string.sub(entry, 1, string.find(entry, '|', 1, true) - 1)
 end
-local pk, mk = base .. 'p:' .. n, base .. 'm:' .. n
-local rec = redis.call('GET', pk)
+local pk = base .. 'p:' .. string.format('%d', math.floor(tonumber(n) / 1024))
+local mk = base .. 'm:' .. n
+local rec = redis.call('HGET', pk, n)
 if not rec then
   local s = redis.call('HGET', mk, 's')
   if not s then return {'N', n} end
@@ -33,7 +34,7 @@ if r[4] ~= '' then h[#h + 1] = 'k'; h[#h + 1] = r[4] end
 if r[5] ~= '' then h[#h + 1] = 'g'; h[#h + 1] = r[5] end
 if r[6] ~= '' then h[#h + 1] = 'p'; h[#h + 1] = r[6] end
 redis.call('ZREM', KEYS[1], n)
-redis.call('DEL', pk)
+redis.call('HDEL', pk, n)
 redis.call('HSET', mk, unpack(h))
 redis.call('PEXPIRE', mk, retention)
 redis.call('SET', base .. 'b:' .. n, r[7], 'PX', retention)

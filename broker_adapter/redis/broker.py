@@ -333,7 +333,8 @@ class RedisBroker(BrokerAdapter):
         with redis_errors("query"):
             self.acks.flush()
             pipe = self.client.pipeline(transaction=False)
-            pipe.get(f"{base}{K.PENDING}{n}")  # first: a fire may turn it into the hash
+            # first: a fire may turn it into the hash
+            pipe.hget(f"{base}{K.PENDING}{int(n) // K.PENDING_BUCKET}", n)
             pipe.hgetall(f"{base}{K.MESSAGE}{n}")
             pipe.strlen(f"{base}{K.BODY}{n}")
             record, fields, body_size = pipe.execute()

@@ -7,7 +7,7 @@
 --
 -- Keys (B = a shard base from ARGV, all of one shard in its slot):
 --   B.."due"             zset  entries with score <= now are removed      (read, written)
---   B.."p:<n>"           string the pending record: read, then deleted     (read, written)
+--   B.."p:<n // 1024>"   hash  field "<n>", the pending record: read, deleted (read, written)
 --   B.."m:<n>", "b:<n>"  hash (s F, G<group> R0, ...) and body made from it; TTL retention
 --   B.."k:<topic>\0<key>" string the key index entry: TTL retention          (written)
 --   B.."subs:<topic>"    set   groups reading the topic                   (read)
@@ -25,12 +25,15 @@
 -- invisible deadline or -1 (none, or not looked at), more (0/1)}.
 local now, limit, retention = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local news = {} -- shards where anything moved
+local function bucket_of(base, n)
+  return base .. 'p:' .. string.format('%d', math.floor(tonumber(n) / 1024))
+end
 local function fire(base, shard, scan)
 local due_key = base .. 'due'
 local items = redis.call('ZRANGEBYSCORE', due_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 local cnt = {}
 local function add(f, d) cnt[f] = (cnt[f] or 0) + d end
-local subs_of, touched, members = {}, {}, {}
+local subs_of, touched, members, gone, gone_order = {}, {}, {}, {}, {}
 local moved = 0
 for i = 1, #items, 2 do
   local member, score = items[i], items[i + 1]
@@ -48,9 +51,12 @@ for i = 1, #items, 2 do
       moved = moved + 1
     end
   else
-    local pk = base .. 'p:' .. member
-    local rec = redis.call('GET', pk)
+    local pk = bucket_of(base, member)
+    local rec = redis.call('HGET', pk, member)
     if rec then
+      if not gone[pk] then gone[pk] = {}; gone_order[#gone_order + 1] = pk end
+      local g_list = gone[pk]
+      g_list[#g_list + 1] = member
       -- the pending record becomes the fired message's hash and body
       local r = cmsgpack.unpack(string.sub(rec, 17))
       local topic, key = r[1], r[4]
@@ -73,7 +79,6 @@ for i = 1, #items, 2 do
       redis.call('HSET', mk, unpack(h))
       redis.call('PEXPIRE', mk, retention)
       redis.call('SET', base .. 'b:' .. member, r[7], 'PX', retention)
-      redis.call('DEL', pk)
       if key ~= '' then redis.call('PEXPIRE', base .. 'k:' .. topic .. '\0' .. key, retention) end
       redis.call('ZADD', base .. 'log:' .. topic, score, member)
       add('p|' .. topic, -1); add('f|' .. topic, 1)
@@ -84,6 +89,10 @@ for i = 1, #items, 2 do
 end
 for i = 1, #members, 1000 do
   redis.call('ZREM', due_key, unpack(members, i, math.min(i + 999, #members)))
+end
+for _, pk in ipairs(gone_order) do
+  local l = gone[pk]
+  for i = 1, #l, 1000 do redis.call('HDEL', pk, unpack(l, i, math.min(i + 999, #l))) end
 end
 for topic, _ in pairs(touched) do
   redis.call('ZREMRANGEBYSCORE', base .. 'log:' .. topic, '-inf', '(' .. (now - tonumber(retention)))

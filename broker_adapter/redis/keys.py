@@ -10,11 +10,12 @@ shards spread evenly over the masters. Per shard (``B`` = ``<prefix>:{<tag>}:``)
     B due            zset   member "<n>" (first fire) or "<n>|<group>" (a group's retry),
                             score = due time (epoch ms): the shard's timing wheel
     B n              string counter: the last message number handed out in this shard
-    B p:<n>          string a pending message, packed by the sender: 15 digits of due
-                            ms, "k" (keyed) or "-", then msgpack [topic, due, born, key,
-                            tags, props, body, asked due] ("" for none). One key per
-                            pending message; it becomes m:<n> and b:<n> when it fires or
-                            is aborted.
+    B p:<n // 1024>  hash   pending messages: field "<n>" = the record packed by the sender,
+                            15 digits of due ms, "k" (keyed) or "-", then msgpack [topic,
+                            due, born, key, tags, props, body, asked due] ("" for none).
+                            1,024 numbers share a hash (no key per pending message; a
+                            batch is one HSET); a record becomes m:<n> and b:<n> when it
+                            fires or is aborted.
     B b:<n>          string a fired or aborted message's body (apart, so the hash stays a
                             small listpack)
     B m:<n>          hash   a fired or aborted message: t topic, d due, o born, s state
@@ -70,6 +71,8 @@ MAX_SHARDS = 1024
 DUE = "due"
 COUNTER = "n"
 PENDING = "p:"
+#: Message numbers per pending hash (``p:<n // PENDING_BUCKET>``); the scripts agree.
+PENDING_BUCKET = 1024
 MESSAGE = "m:"
 KEY = "k:"
 BODY = "b:"

@@ -1,6 +1,6 @@
 -- pending.lua: messages of ONE shard not yet due, in due order (read only).
 --
--- Keys (B = ARGV[1]): KEYS[1] = B.."due" zset (read); B.."p:<n>" pending record (read);
+-- Keys (B = ARGV[1]): KEYS[1] = B.."due" zset (read); B.."p:<n // 1024>" field "<n>", pending record (read);
 -- for a retry B.."m:<n>" hash and B.."b:<n>" string length (read).
 -- ARGV: [1] B, [2] start ms (inclusive), [3] end ms (exclusive) or "+inf", [4] limit,
 --       [5] topic or "" for all. A retry ("<n>|<group>") counts for the message's topic.
@@ -28,7 +28,7 @@ while #out < limit and scanned < 200000 do
         size = redis.call('STRLEN', base .. 'b:' .. n)
       end
     else
-      local rec = redis.call('GET', base .. 'p:' .. n)
+      local rec = redis.call('HGET', base .. 'p:' .. string.format('%d', math.floor(tonumber(n) / 1024)), n)
       if rec then
         local r = cmsgpack.unpack(string.sub(rec, 17))
         v = {r[1], r[3], r[4], r[5]}

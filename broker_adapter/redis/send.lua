@@ -3,14 +3,15 @@
 -- Keys (B = ARGV[1] = "<prefix>:{<tag>}:", all in the shard's slot):
 --   KEYS[1] = B.."due"  zset  member "<n>", score due ms          (written)
 --   B.."n"              string counter of message numbers          (INCRBY)
---   B.."p:<n>"          string the pending record as the caller packed it (written)
+--   B.."p:<n // 1024>"  hash  field "<n>" = the pending record as the caller packed it
+--                       (written; 1,024 numbers share one hash)
 --   B.."k:<topic>\0<key>" string "<n>|<asked ms>|<due ms>": the key index entry (read,
 --                       written; no TTL while its message is pending)
 --   B.."m:<n>"          hash  s (read: F = fired, for the duplicate rule)
 --   B.."stat"           hash  "p|<topic>" += sent                   (written)
 -- A record is 15 digits of due ms, "k" (keyed) or "-", then a msgpack array {topic, due,
 -- born, key, tags, props, body, asked due} ("" for none): the due and the flag can be read
--- without unpacking, so a keyless message costs one SET and one ZADD member.
+-- without unpacking, so a keyless message costs one HSET pair and one ZADD member.
 -- ARGV: [1] B, [2] wake channel, [3] shard number, [4] T = topics counted below, then
 --       T pairs [topic, keyless messages of it], then one record per message.
 -- Returns {last number before the batch, wake due or -1, flat triples [index, n, due]
@@ -30,6 +31,8 @@ local counts, zargs, dups, batch_keys = {}, {}, {}, {}
 for t = 5, first - 1, 2 do counts[ARGV[t]] = tonumber(ARGV[t + 1]) end
 local min_due = nil
 local idx = 0
+local buckets, bucket_order = {}, {} -- "p:<n // 1024>" -> {n, record, ...}
+local function bucket_of(num) return base .. 'p:' .. string.format('%d', math.floor(num / 1024)) end
 for a = first, #ARGV do
   idx = idx + 1
   local rec = ARGV[a]
@@ -48,7 +51,7 @@ for a = first, #ARGV do
         local b1 = string.find(entry, '|', 1, true)
         local b2 = string.find(entry, '|', b1 + 1, true)
         local on = string.sub(entry, 1, b1 - 1)
-        if redis.call('EXISTS', base .. 'p:' .. on) == 1 or (
+        if redis.call('HEXISTS', bucket_of(tonumber(on)), on) == 1 or (
             string.sub(entry, b1 + 1, b2 - 1) == asked and
             redis.call('HGET', base .. 'm:' .. on, 's') == 'F') then
           dup = {on, string.sub(entry, b2 + 1)}
@@ -68,11 +71,23 @@ for a = first, #ARGV do
       batch_keys[field] = {n, sdue}
       counts[topic] = (counts[topic] or 0) + 1
     end
-    redis.call('SET', base .. 'p:' .. n, rec)
+    local bk = bucket_of(seq)
+    local pairs_of = buckets[bk]
+    if not pairs_of then
+      pairs_of = {}
+      buckets[bk] = pairs_of
+      bucket_order[#bucket_order + 1] = bk
+    end
+    pairs_of[#pairs_of + 1] = n
+    pairs_of[#pairs_of + 1] = rec
     zargs[#zargs + 1] = due
     zargs[#zargs + 1] = n
     if min_due == nil or d < min_due then min_due = d end
   end
+end
+for _, bk in ipairs(bucket_order) do
+  local h = buckets[bk]
+  for i = 1, #h, 1000 do redis.call('HSET', bk, unpack(h, i, math.min(i + 999, #h))) end
 end
 for i = 1, #zargs, 1000 do
   redis.call('ZADD', due_key, unpack(zargs, i, math.min(i + 999, #zargs)))

@@ -73,7 +73,7 @@ def build_view(msg_id: str, fields: Mapping[bytes, bytes], retry_due: Mapping[st
 
 
 def record_view(msg_id: str, record: bytes) -> MessageView:
-    """A ``PENDING`` view from a pending record (``p:<n>``: 15 digits of due, a flag, then
+    """A ``PENDING`` view from a pending record (``p:<bucket>`` field ``<n>``: 15 digits of due, a flag, then
     msgpack ``[topic, due, born, key, tags, props, body, asked]``, ``""`` for none)."""
     topic, due, born, key, tags, _props, body, _asked = msgpack.unpackb(record[16:], raw=True)
     return MessageView(

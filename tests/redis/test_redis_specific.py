@@ -103,11 +103,17 @@ def test_fired_messages_expire_after_retention_but_pending_ones_never(redis_url:
                 shard, n = msg_id.split("-")
                 return int(client.pttl(f"{broker.bases[int(shard)]}{kind}{n}"))
 
-            assert ttl(later.msg_id, "p:") == -1  # the pending record, no TTL
-            assert ttl(later.msg_id, "m:") == -2  # no hash until it fires
+            def pending(msg_id: str) -> bool:
+                shard, n = msg_id.split("-")
+                bucket = f"{broker.bases[int(shard)]}p:{int(n) // K.PENDING_BUCKET}"
+                return bool(client.hexists(bucket, n))
+
+            assert pending(later.msg_id)  # the pending record, in a hash without TTL
+            assert client.pttl(f"{broker.bases[0]}p:0") == -1
+            assert ttl(later.msg_id, "m:") == -2  # no message hash until it fires
             assert 0 < ttl(now.msg_id, "m:") <= 600_000
             assert 0 < ttl(now.msg_id, "b:") <= 600_000
-            assert ttl(now.msg_id, "p:") == -2
+            assert not pending(now.msg_id)
         finally:
             client.close()
 
@@ -234,3 +240,34 @@ def test_key_index_entries_expire_after_retention_and_keep_the_duplicate_rule(
         assert entry_ttl("fire") == -1  # pending again: no TTL
         assert aborted.status is SendStatus.OK
     client.close()
+
+
+def test_pending_records_across_hash_buckets(redis_url: str) -> None:
+    """Pending records share a hash per 1,024 message numbers; a batch, an abort, a
+    query, pending() and the fire all find them across bucket edges."""
+    clock = ManualClock(START_MS)
+    with RedisBroker.from_url(redis_url, clock=clock) as broker:
+        c = broker.consumer("g", ["t"])
+        sent = broker.send_batch([Message("t", b"%d" % i, delay_ms=1_000 + i % 50)
+                                  for i in range(2_100)])
+        numbers = {int(r.msg_id.split("-")[1]): r.msg_id for r in sent}
+        assert min(numbers) == 1 and max(numbers) == 2_100  # buckets 0, 1 and 2
+        edges = [numbers[n] for n in (1_023, 1_024, 1_025, 2_047, 2_048)]
+        for msg_id in edges:
+            view = broker.query(msg_id)
+            assert view is not None and view.state.name == "PENDING"
+            assert broker.abort(msg_id).status is AbortStatus.ABORTED
+            view = broker.query(msg_id)
+            assert view is not None and view.state.name == "ABORTED"
+        assert len(broker.pending("t", limit=5_000)) == 2_100 - len(edges)
+        clock.advance(1_050)
+        got = []
+        for _ in range(100):
+            batch = c.pull(max_messages=500, wait_ms=500)
+            got.extend(batch)
+            for m in batch:
+                assert c.ack(m)
+            if len(got) >= 2_100 - len(edges) and not batch:
+                break
+        assert {m.msg_id for m in got} == set(numbers.values()) - set(edges)
+        assert broker.pending("t") == []
