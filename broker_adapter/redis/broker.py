@@ -229,7 +229,8 @@ class RedisBroker(BrokerAdapter):
             size = len(m.body) + len(props)
             if size > max_body:
                 raise MessageTooLarge(size, max_body)
-            due = m.deliver_at(now)
+            at = m.deliver_at_ms
+            due = max(now, at) if at is not None else m.deliver_at(now)
             if due > limit:
                 raise InvalidDelay("delay", due - now,
                                    f"due after the broker's max delay of {self.max_delay_ms} ms")
@@ -250,9 +251,9 @@ class RedisBroker(BrokerAdapter):
                 entry[2].append(b"%015d-" % due + pack(
                     (m.topic, due, now, "", m.tags or "", props, m.body, due)))
             else:
-                asked = m.deliver_at_ms if m.deliver_at_ms is not None else due
                 entry[2].append(b"%015dk" % due + pack(
-                    (m.topic, due, now, key, m.tags or "", props, m.body, asked)))
+                    (m.topic, due, now, key, m.tags or "", props, m.body,
+                     at if at is not None else due)))
         shards = list(per_shard)
         calls: list[Call] = []
         for s in shards:
