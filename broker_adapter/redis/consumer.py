@@ -135,7 +135,7 @@ class RedisConsumer(Consumer):
             for (s, share), claimed in zip(shares.items(), replies, strict=True):
                 if not claimed and self._dirty.get(s) == seen[s]:
                     del self._dirty[s]
-                if bounded and len(claimed) >= share:
+                if bounded and len(claimed) >= share and len(shares) > 1:
                     self._backlog = True
                     if bound is None or claimed[-1][9] < bound:
                         bound = claimed[-1][9]
@@ -177,22 +177,19 @@ class RedisConsumer(Consumer):
 
     def _plan(self, shards: list[int], room: int) -> dict[int, int]:
         """How many to claim in each shard so the pull takes the oldest ready messages
-        across shards within its limits (from a peek); ends backlog mode when the
-        peek shows less than a full pull."""
+        across shards (from a peek of their ready scores); ends backlog mode when the
+        peek shows less than a full pull. The byte limit is applied to what the claim
+        returns (the excess goes back), so the peek reads no sizes."""
         b = self._b
         with redis_errors("pull"):
             peeks = b.scripts.fan("peek", [b.due_keys[s] for s in shards], (self.group, room),
                                   [(b.bases[s],) for s in shards])
-        heads = sorted((score, s, i, size) for s, rows in zip(shards, peeks, strict=True)
-                       for i, (score, size) in enumerate(rows))
+        heads = sorted((score, s) for s, scores in zip(shards, peeks, strict=True)
+                       for score in scores)
         if len(heads) < room:
             self._backlog = False
         shares: dict[int, int] = {}
-        total = self._held_bytes
-        for _score, s, _i, size in heads[:room]:
-            if shares and total + size > self.max_inflight_bytes:
-                break
-            total += size
+        for _score, s in heads[:room]:
             shares[s] = shares.get(s, 0) + 1
         return shares
 

@@ -272,3 +272,29 @@ def test_pending_records_across_hash_buckets(redis_url: str) -> None:
                 break
         assert {m.msg_id for m in got} == set(numbers.values()) - set(edges)
         assert broker.pending("t") == []
+
+
+def test_a_backlog_over_many_shards_comes_in_fire_order_within_the_byte_limit(
+    redis_url: str,
+) -> None:
+    """Backlog mode plans a pull from the ready scores of every shard; the byte limit
+    is applied to what the claim returns, and what goes back is not a delivery."""
+    clock = ManualClock(START_MS)
+    with RedisBroker.from_url(redis_url + "?shards=12", clock=clock) as broker:
+        c = broker.consumer("g", ["t"], max_inflight_bytes=1_000)
+        sent = broker.send_batch([Message("t", b"x" * 100, delay_ms=1 + i)
+                                  for i in range(120)])
+        assert len({r.msg_id.split("-")[0] for r in sent}) == 12
+        clock.advance(200)
+        eventually(lambda: broker.stats().topics["t"].fired_total == 120, what="all fired")
+        got = []
+        for _ in range(60):
+            batch = c.pull(max_messages=100, wait_ms=2_000)
+            assert sum(len(m.body) for m in batch) <= 1_000
+            got.extend(batch)
+            for m in batch:
+                assert c.ack(m)
+            if len(got) == 120:
+                break
+        assert [m.msg_id for m in got] == [r.msg_id for r in sent]  # fire (due) order
+        assert {m.attempts for m in got} == {1}
