@@ -41,6 +41,11 @@ SOURCES: dict[str, str] = {name: _source(name) for name in NAMES}
 SHAS: dict[str, str] = {n: hashlib.sha1(s.encode()).hexdigest() for n, s in SOURCES.items()}
 
 
+class ReplyLost(RedisConnectionError):
+    """A call was sent but its connection broke before the reply: it may have run, so
+    it is not made again (a send would be stored twice)."""
+
+
 @contextmanager
 def redis_errors(what: str) -> Iterator[None]:
     """Turn redis-py errors into chronoq's: ``ConnectionFailed`` or ``BrokerError``."""
@@ -118,8 +123,8 @@ class Scripts:
                      per_shard: Sequence[Sequence[Any]]) -> list[Any]:
         """On a cluster: one call per master for all of its shards (a script without a
         shebang may touch several slots of the node it runs on). A call that fails
-        (slots moved, script cache lost, connection lost) is made again one per shard
-        through the cluster client, which follows redirections."""
+        before it ran (slots moved, script cache lost, no connection) is made again one
+        per shard through the cluster client, which follows redirections."""
         by_node: dict[str, list[int]] = {}
         for i, k in enumerate(keys):
             by_node.setdefault(self._client.get_node_from_key(k).name, []).append(i)
@@ -130,6 +135,8 @@ class Scripts:
         out: list[Any] = [None] * len(keys)
         again: list[int] = []
         for g, reply in zip(groups, replies, strict=True):
+            if isinstance(reply, ReplyLost):
+                raise reply
             if isinstance(reply, Exception):
                 log.info("per-node %s failed (%s); one call per shard instead", name, reply)
                 again.extend(g)
@@ -157,18 +164,23 @@ class Scripts:
         sent: list[tuple[Any, Any, list[int]]] = []
         for node, idx in by_node.values():
             pool = self._client.get_redis_connection(node).connection_pool
-            conn = None
             try:
                 conn = pool.get_connection()
+            except Exception as e:  # noqa: BLE001 - nothing sent: the caller makes them again
+                for i in idx:
+                    out[i] = e
+                continue
+            try:
                 conn.send_packed_command(conn.pack_commands(
                     [("EVALSHA", SHAS[calls[i][0]], 1, calls[i][1], *calls[i][2]) for i in idx]))
                 sent.append((pool, conn, idx))
-            except Exception as e:  # noqa: BLE001 - the caller makes these calls again
-                if conn is not None:
-                    conn.disconnect()
-                    pool.release(conn)
+            except Exception as e:  # noqa: BLE001 - part may have been sent: never again
+                conn.disconnect()
+                pool.release(conn)
                 for i in idx:
-                    out[i] = e
+                    lost = ReplyLost(f"connection to {pool!r} broke while sending: {e}")
+                    lost.__cause__ = e
+                    out[i] = lost
         for pool, conn, idx in sent:
             try:
                 for i in idx:
@@ -176,11 +188,13 @@ class Scripts:
                         out[i] = conn.read_response()
                     except ResponseError as e:  # an error reply: the connection is fine
                         out[i] = e
-            except Exception as e:  # noqa: BLE001 - lost connection: made again
+            except Exception as e:  # noqa: BLE001 - sent, reply lost: never made again
                 conn.disconnect()
                 for i in idx:
                     if out[i] is missing:
-                        out[i] = e
+                        lost = ReplyLost(f"connection to {pool!r} lost before the reply: {e}")
+                        lost.__cause__ = e
+                        out[i] = lost
             finally:
                 pool.release(conn)
         return out
@@ -188,8 +202,8 @@ class Scripts:
     def _run(self, calls: Sequence[Call]) -> list[Any]:
         if self.cluster:
             results = self._direct(calls)
-            again = [i for i, r in enumerate(results)
-                     if isinstance(r, Exception) and not isinstance(r, NoScriptError)]
+            again = [i for i, r in enumerate(results) if isinstance(r, Exception)
+                     and not isinstance(r, NoScriptError | ReplyLost)]
             if again:  # through the cluster client, which follows redirections
                 pipe = self._client.pipeline(transaction=False)
                 for i in again:

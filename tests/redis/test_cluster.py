@@ -190,3 +190,34 @@ def test_lost_script_caches_on_the_masters_are_reloaded(
     assert len({r.msg_id for r in sent}) == 60
     got = pull_until(c, 60, timeout=30, max_messages=60)
     assert {m.msg_id for m in got} == {r.msg_id for r in sent}
+
+
+def test_a_send_whose_reply_is_lost_is_not_sent_again(
+    cluster_harness: Harness, cluster: RedisClusterProcs
+) -> None:
+    from broker_adapter.errors import ConnectionFailed
+
+    broker = cluster_harness.broker
+    assert isinstance(broker, RedisBroker)
+    broker.send_batch([Message("t", b"warm", delay_ms=60_000) for _ in range(24)])
+    # Given: every master's pooled connection loses the next reply after sending
+    conns = []
+    for node in broker.client.get_primaries():
+        pool = broker.client.get_redis_connection(node).connection_pool
+        conns.extend(pool._available_connections)
+
+    def lose(*args: object, **kwargs: object) -> object:
+        for conn in conns:
+            del conn.read_response  # once
+        raise redis.ConnectionError("reply lost")
+
+    for conn in conns:
+        conn.read_response = lose
+    before = _evalsha_calls(cluster)
+    # When: a batch over every shard is sent
+    with pytest.raises(ConnectionFailed):
+        broker.send_batch([Message("t", b"x", delay_ms=60_000) for _ in range(120)])
+    # Then: each call went out once and was not repeated; what ran is stored once
+    after = _evalsha_calls(cluster)
+    assert sum(after) - sum(before) == K.DEFAULT_SHARDS
+    assert broker.stats().topics["t"].pending == 24 + 120
