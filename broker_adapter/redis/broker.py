@@ -203,8 +203,9 @@ class RedisBroker(BrokerAdapter):
         return self.send_batch((message,))[0]
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
-        """See :meth:`BrokerAdapter.send_batch`. One script per shard in one round trip;
-        every check is made before anything is written. Each message goes as one
+        """See :meth:`BrokerAdapter.send_batch`. One script call (one per master on a
+        cluster) for every shard of the batch; every check is made before anything is
+        written. Each message goes as one
         msgpack record packed here (``send.lua`` stores it as it is)."""
         self.check_open()
         if not messages:
@@ -255,15 +256,17 @@ class RedisBroker(BrokerAdapter):
                     (m.topic, due, now, key, m.tags or "", props, m.body,
                      at if at is not None else due)))
         shards = list(per_shard)
-        calls: list[Call] = []
+        groups: list[list[Any]] = []
         for s in shards:
             _idx, topics, records = per_shard[s]
-            head: list[Any] = [self.bases[s], self.wake_channel, s, len(topics)]
+            group: list[Any] = [self.bases[s], s, len(topics), len(records)]
             for topic, c in topics.items():
-                head += (topic, c)
-            calls.append(("send", self.due_keys[s], head + records))
+                group += (topic, c)
+            group += records
+            groups.append(group)
         with redis_errors("send"):
-            replies = self.scripts.pipeline(calls)
+            replies = self.scripts.fan("send", [self.due_keys[s] for s in shards],
+                                       (self.wake_channel,), groups)
         results: list[SendResult] = [None] * len(messages)  # type: ignore[list-item]
         ok, duplicate = SendStatus.OK, SendStatus.DUPLICATE
         for s, (last, wake, dups) in zip(shards, replies, strict=True):

@@ -17,8 +17,16 @@ from typing import Any
 
 import msgpack
 from redis.cluster import RedisCluster
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker_adapter.errors import BrokerError, ConnectionFailed
@@ -28,6 +36,12 @@ log.addHandler(logging.NullHandler())
 
 NAMES = ("send", "fire", "peek", "claim", "release", "ack", "nack", "abort", "register", "pending",
          "extend", "ack_batch")
+
+#: Scripts whose shard loop must not run twice: a call that failed part way (a key of
+#: a shard that moved away) is not made again per shard.
+WRITES_ONCE = frozenset({"send"})
+#: Error replies Redis gives before running a script at all.
+NOT_RUN = (NoScriptError, MovedError, AskError, TryAgainError, ClusterDownError)
 
 #: One script call: (script name, the shard's due key, arguments).
 Call = tuple[str, str, Sequence[Any]]
@@ -104,8 +118,8 @@ class Scripts:
 
     def fan(self, name: str, keys: Sequence[str], common: Sequence[Any],
             per_shard: Sequence[Sequence[Any]]) -> list[Any]:
-        """Run a script that loops over shard argument groups (``fire``, ``claim``,
-        ``peek``): one call on one instance, one call per master (one pipeline) on a
+        """Run a script that loops over shard argument groups (``send``, ``fire``,
+        ``claim``, ``peek``, ``ack_batch``): one call on one instance, one call per master on a
         cluster.
         Returns each shard's result, decoded from the script's msgpack reply.
 
@@ -135,8 +149,10 @@ class Scripts:
         out: list[Any] = [None] * len(keys)
         again: list[int] = []
         for g, reply in zip(groups, replies, strict=True):
-            if isinstance(reply, ReplyLost):
-                raise reply
+            if isinstance(reply, ReplyLost) or (
+                    isinstance(reply, ResponseError) and name in WRITES_ONCE
+                    and not isinstance(reply, NOT_RUN)):
+                raise reply  # it may have run in part: going again could store twice
             if isinstance(reply, Exception):
                 log.info("per-node %s failed (%s); one call per shard instead", name, reply)
                 again.extend(g)

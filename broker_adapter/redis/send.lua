@@ -1,7 +1,9 @@
--- send.lua: store a batch of messages of ONE shard (pending record + due index + key index).
+-- send.lua: store a batch of messages (pending record + due index + key index), in each
+-- shard given. On Redis Cluster it is called once per master with that master's shards;
+-- on one instance once with every shard of the batch.
 --
--- Keys (B = ARGV[1] = "<prefix>:{<tag>}:", all in the shard's slot):
---   KEYS[1] = B.."due"  zset  member "<n>", score due ms          (written)
+-- Keys (B = a shard base "<prefix>:{<tag>}:" from ARGV, all of one shard in its slot):
+--   B.."due"            zset  member "<n>", score due ms          (written)
 --   B.."n"              string counter of message numbers          (INCRBY)
 --   B.."p:<n // 1024>"  hash  field "<n>" = the pending record as the caller packed it
 --                       (written; 1,024 numbers share one hash)
@@ -12,28 +14,28 @@
 -- A record is 15 digits of due ms, "k" (keyed) or "-", then a msgpack array {topic, due,
 -- born, key, tags, props, body, asked due} ("" for none): the due and the flag can be read
 -- without unpacking, so a keyless message costs one HSET pair and one ZADD member.
--- ARGV: [1] B, [2] wake channel, [3] shard number, [4] T = topics counted below, then
---       T pairs [topic, keyless messages of it], then one record per message.
--- Returns {last number before the batch, wake due or -1, flat triples [index, n, due]
--- of the DUPLICATE messages}: the others got numbers last+1, last+2, ... in order.
+-- ARGV: [1] wake channel, then per shard [B, shard number, T = topics counted below,
+--       C = messages, then T pairs [topic, keyless messages of it], then C records].
+-- Returns msgpack array, per shard, of {last number before the batch, wake due or -1,
+-- flat triples [index, n, due] of the DUPLICATE messages}: the others got numbers
+-- last+1, last+2, ... in order.
 -- A keyed message is a DUPLICATE while its key's message is pending, or when that
 -- message fired (not aborted) and was asked for the same due ms.
-local base = ARGV[1]
-local due_key = KEYS[1]
-local topics = tonumber(ARGV[4])
-local first = 5 + 2 * topics
-local count = #ARGV - first + 1
+local function send(base, shard, topics, count, at)
+local due_key = base .. 'due'
+local first = at + 2 * topics
+local last = first + count - 1
 local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
 local old_head = head[2] and tonumber(head[2]) or nil
 local start = redis.call('INCRBY', base .. 'n', count) - count
 local seq = start
 local counts, zargs, dups, batch_keys = {}, {}, {}, {}
-for t = 5, first - 1, 2 do counts[ARGV[t]] = tonumber(ARGV[t + 1]) end
+for t = at, first - 1, 2 do counts[ARGV[t]] = tonumber(ARGV[t + 1]) end
 local min_due = nil
 local idx = 0
 local buckets, bucket_order = {}, {} -- "p:<n // 1024>" -> {n, record, ...}
 local function bucket_of(num) return base .. 'p:' .. string.format('%d', math.floor(num / 1024)) end
-for a = first, #ARGV do
+for a = first, last do
   idx = idx + 1
   local rec = ARGV[a]
   local due = string.sub(rec, 1, 15)
@@ -98,6 +100,15 @@ end
 local wake = -1
 if min_due ~= nil and (old_head == nil or min_due < old_head) then
   wake = min_due
-  redis.call('PUBLISH', ARGV[2], ARGV[3] .. ':' .. string.format('%d', min_due))
+  redis.call('PUBLISH', ARGV[1], shard .. ':' .. string.format('%d', min_due))
 end
 return {start, wake, dups}
+end
+local results = {}
+local a = 2
+while a <= #ARGV do
+  local topics, count = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  results[#results + 1] = send(ARGV[a], ARGV[a + 1], topics, count, a + 4)
+  a = a + 4 + 2 * topics + count
+end
+return cmsgpack.pack(results)
