@@ -22,6 +22,7 @@ ADAPTERS: dict[str, str] = {
     "redis": "broker_adapter.redis.broker:RedisBroker",
     "rediss": "broker_adapter.redis.broker:RedisBroker",
     "redis+cluster": "broker_adapter.redis.broker:RedisBroker",
+    "redis+sentinel": "broker_adapter.redis.broker:RedisBroker",
 }
 
 

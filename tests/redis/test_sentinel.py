@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from broker_adapter import open_broker
 from broker_adapter.clock import ManualClock
 from broker_adapter.errors import InvalidArgument
 from broker_adapter.message import Message
@@ -34,7 +35,9 @@ def test_sentinel_urls_reach_the_master_and_follow_a_failover(
     sentinel: RedisSentinelProcs,
 ) -> None:
     clock = ManualClock(START_MS)
-    with RedisBroker.from_url(sentinel.url + "?retention_ms=600000", clock=clock) as broker:
+    broker = open_broker(sentinel.url + "?retention_ms=600000", clock=clock)
+    assert isinstance(broker, RedisBroker)  # open_broker knows the scheme
+    with broker:
         c = broker.consumer("g", ["t"])
         first = broker.send(Message("t", b"before", delay_ms=1_000))
         master = redis.Redis(host="127.0.0.1", port=sentinel.master.port)
