@@ -33,11 +33,12 @@ queued or running). A job handed to a system that runs it on its own (a
 :class:`~workers.executors.base.Handoff`, e.g. published to Celery) frees its
 slot at once; its message stays in flight until the outcome settles it, and at
 most ``max_awaiting`` such outcomes are awaited at once (pulls wait beyond that).
-The consumer is opened with ``max_inflight`` = slots + ``max_awaiting``. While
-an outcome is awaited, its message's invisible time is extended
+The consumer is opened with ``max_inflight`` = slots + ``max_awaiting``. From
+the moment a job starts (queued for a worker, running, or handed off) until its
+message is settled, the message's invisible time is extended
 (``Consumer.extend``) every half invisible time, so a live dispatcher's message
-never comes back while its job runs elsewhere; a dead dispatcher's comes back
-after at most one invisible time.
+never comes back while its job waits or runs, however long; a dead dispatcher's
+comes back after at most one invisible time.
 """
 
 from __future__ import annotations
@@ -139,8 +140,10 @@ class Dispatcher:
         self._awaiting = 0  # handed-off jobs whose outcome has not come yet
         self._runs: set[Run] = set()  # runs whose message is not settled yet
         self._timed: set[Run] = set()  # ... of those, the ones with a timeout
-        self._awaited: dict[Run, float] = {}  # handed-off runs -> when to extend (monotonic)
-        self._next_extend = 0.0  # monotonic time of the next look at _awaited
+        # Runs whose message this dispatcher keeps invisible (started: queued, running or
+        # handed off) -> when to extend it next (monotonic).
+        self._kept: dict[Run, float] = {}
+        self._next_extend = 0.0  # monotonic time of the next look at _kept
         self._invisible_s = DEFAULT_INVISIBLE_MS / 1000
         self._crons = CronGate(app.registry)
         self._stop = threading.Event()
@@ -277,7 +280,7 @@ class Dispatcher:
         -1 when all slots were taken (it waited for one instead: busy, not idle)."""
         if self._timed:
             wait_ms = min(wait_ms, self._check_timeouts())
-        if self._awaited:
+        if self._kept:
             wait_ms = min(wait_ms, self._keep_invisible())
         with self._cv:
             room = self.capacity - self._threads
@@ -368,6 +371,7 @@ class Dispatcher:
             self._threads += 1
             if spec.timeout is not None:
                 self._timed.add(run)
+            self._kept[run] = time.monotonic() + self._invisible_s / 2
         executor = self.executors.get(spec.executor)
         if self._trace is not None:
             self._trace.dispatched(run.message, self._clock_ms())
@@ -396,7 +400,7 @@ class Dispatcher:
         run.settled = True
         self._runs.discard(run)
         self._timed.discard(run)
-        self._awaited.pop(run, None)
+        self._kept.pop(run, None)
         self.processed += 1
         self._cv.notify_all()
         return True
@@ -409,7 +413,7 @@ class Dispatcher:
                     self._threads -= 1
                     self._awaiting += 1
                     if not run.settled:
-                        self._awaited[run] = time.monotonic() + self._invisible_s / 2
+                        self._kept[run] = time.monotonic() + self._invisible_s / 2
                     self._cv.notify_all()
                 handoff.outcome.add_done_callback(partial(self._finish, run, job, False))
                 return
@@ -426,7 +430,7 @@ class Dispatcher:
                 self._threads -= 1
             else:
                 self._awaiting -= 1
-                self._awaited.pop(run, None)
+                self._kept.pop(run, None)
             self._cv.notify_all()
             occ = run.occurrences
             if not run.settled and exc is None and not cancelled and occ and job.fire_ms != occ[-1]:
@@ -519,24 +523,28 @@ class Dispatcher:
             self._cv.notify_all()
 
     def _keep_invisible(self) -> int:
-        """Extend the invisible time of messages whose outcome has been awaited for
-        half of it; ms until the next look (at most 1 s)."""
+        """Extend the invisible time of kept messages held for half of it since the
+        last extension; ms until the next look (at most 1 s)."""
         now = time.monotonic()
         if now < self._next_extend:
             return max(1, int((self._next_extend - now) * 1000))
         half = self._invisible_s / 2
         with self._cv:
-            due = [run for run, at in self._awaited.items() if at <= now]
+            due = [run for run, at in self._kept.items() if at <= now]
             for run in due:
-                self._awaited[run] = now + half
+                self._kept[run] = now + half
         assert self._consumer is not None
         for run in due:
             try:
                 self._consumer.extend(run.message, int(self._invisible_s * 1000))
             except ChronoqError as e:  # it comes back after its invisible time: the safe side
                 self._log.warning("msg=%s: extend failed (%s)", run.message.msg_id, e)
-        self._next_extend = now + min(1.0, half)
-        return max(1, int(min(1.0, half) * 1000))
+        # Look every quarter invisible time: a message is then extended at most 3/4 of
+        # its invisible time after the last extension (looking every half could reach
+        # the full invisible time, and the message would come back).
+        step = min(1.0, self._invisible_s / 4)
+        self._next_extend = now + step
+        return max(1, int(step * 1000))
 
     def _check_timeouts(self) -> int:
         """Fail the runs over their timeout; ms until the next may expire (capped at 1 s)."""

@@ -6,7 +6,9 @@ Time is a ManualClock: retries wait for ``advance``, never for a real sleep.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -288,3 +290,25 @@ def test_drain_releases_a_job_that_does_not_finish(app: Scheduler) -> None:
     assert runs == [1, 2]
     view = app.broker.query(handle.msg_id)
     assert view is not None and view.state is MessageState.DONE
+
+
+def test_a_job_longer_than_the_invisible_time_runs_once(tmp_path: Path) -> None:
+    # Real time: the dispatcher extends the message's invisible time (1 s here) every
+    # half of it while the job runs, so no second delivery starts it again.
+    app = Scheduler(f"rocksdb://{tmp_path / 'data'}", max_workers=2, prefetch=2)
+    runs: list[tuple[str, int]] = []
+
+    @app.job
+    def slow() -> None:
+        runs.append((current_job().msg_id, current_job().attempt))
+        time.sleep(2.5)
+
+    try:
+        handle = slow.schedule()
+        with Dispatcher(app, invisible_ms=1_000) as dispatcher:
+            assert dispatcher.run_until_idle(timeout_s=20) == 1
+        assert runs == [(handle.msg_id, 1)]
+        view = app.broker.query(handle.msg_id)
+        assert view is not None and (view.state, view.attempts) == (MessageState.DONE, 1)
+    finally:
+        app.close()
