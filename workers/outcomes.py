@@ -61,7 +61,10 @@ class Settler:
             return False
 
     def settle(self, m: ReceivedMessage, how: str, reason: str, delay_ms: int) -> str:
-        """Settle ``m`` by ``how`` (``ack``, ``retry``, ``dead`` or ``release``).
+        """Settle ``m`` by ``how``: ``ack``, ``retry`` (nack after ``delay_ms``), ``dead``,
+        ``release`` (give back now without counting an attempt: the job never started,
+        or still runs elsewhere) or ``abandon`` (give back now, counting the attempt:
+        the job started here and was stopped).
 
         :returns: the outcome, as shown in the job's log line.
         """
@@ -75,6 +78,9 @@ class Settler:
             elif how == "dead":
                 done = self._consumer.dead_letter(m, reason)
                 outcome = f"dead-lettered: {reason}"
+            elif how == "release":
+                done = self._consumer.release(m, 0)
+                outcome = reason
             else:
                 done = self._consumer.nack(m, delay_ms=0, reason=reason)
                 outcome = reason

@@ -17,6 +17,7 @@ from broker_adapter.clock import ManualClock
 from scheduler.jobcall import JobCall
 from scheduler.scheduler import Scheduler
 from scheduler.spec import RetryPolicy
+from tests.helpers import eventually
 from workers import Dispatcher, JobCancelled, current_job, find_current_job
 
 
@@ -309,6 +310,41 @@ def test_a_job_longer_than_the_invisible_time_runs_once(tmp_path: Path) -> None:
             assert dispatcher.run_until_idle(timeout_s=20) == 1
         assert runs == [(handle.msg_id, 1)]
         view = app.broker.query(handle.msg_id)
+        assert view is not None and (view.state, view.attempts) == (MessageState.DONE, 1)
+    finally:
+        app.close()
+
+
+def test_drain_gives_back_a_job_that_never_started_without_an_attempt(tmp_path: Path) -> None:
+    app = Scheduler(f"rocksdb://{tmp_path / 'data'}", max_workers=1, prefetch=4)
+    started = threading.Event()
+    attempts: dict[str, list[int]] = {"blocker": [], "queued": []}
+
+    @app.job
+    def blocker() -> None:
+        attempts["blocker"].append(current_job().attempt)
+        started.set()
+        if len(attempts["blocker"]) == 1:
+            current_job().cancelled.wait(10)
+
+    @app.job
+    def queued() -> None:
+        attempts["queued"].append(current_job().attempt)
+
+    try:
+        blocker.schedule()
+        first = Dispatcher(app, drain_timeout_s=0.05)
+        thread = threading.Thread(target=first.run_forever)
+        thread.start()
+        assert started.wait(10)
+        queued_handle = queued.schedule()  # pulled while the one worker is busy: queued
+        eventually(lambda: first._threads == 2, what="the second job queued behind the first")
+        first.stop()
+        thread.join(10)
+        with Dispatcher(app) as second:
+            assert second.run_until_idle(timeout_s=20) == 2
+        assert attempts == {"blocker": [1, 2], "queued": [1]}  # only the started one counts
+        view = app.broker.query(queued_handle.msg_id)
         assert view is not None and (view.state, view.attempts) == (MessageState.DONE, 1)
     finally:
         app.close()
