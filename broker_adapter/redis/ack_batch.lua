@@ -1,6 +1,7 @@
--- ack_batch.lua: ack.lua for many shards of ONE group in one call (the ack batcher).
--- On Redis Cluster it is called once per master with that master's shards; on one
--- instance once with every shard.
+-- ack_batch.lua: mark deliveries consumed by ONE group, each only if it is still that
+-- delivery in flight, in one or many shards at once (the ack batcher; a lone ack is a
+-- batch of one). On Redis Cluster it is called once per master with that master's
+-- shards; on one instance once with every shard.
 --
 -- Keys (B = a shard base from ARGV, per shard, all of one shard in its slot):
 --   B.."m:<n>"           hash  G<group> I<k> -> X<k>                  (read, written)

@@ -226,7 +226,9 @@ class RedisConsumer(Consumer):
             return True
         with redis_errors("ack"):
             b.acks.flush()
-            return bool(b.scripts.call("ack", b.due_keys[s], (b.bases[s], self.group, n, att)))
+            acked = b.scripts.fan("ack_batch", [b.due_keys[s]], (self.group,),
+                                  [(b.bases[s], 1, n, att)])
+            return bool(acked[0])
 
     def nack(
         self, message: ReceivedMessage, delay_ms: int | None = None, reason: str | None = None

@@ -34,7 +34,7 @@ from broker_adapter.errors import BrokerError, ConnectionFailed
 log = logging.getLogger("chronoq.broker_adapter.RedisScripts")
 log.addHandler(logging.NullHandler())
 
-NAMES = ("send", "fire", "peek", "claim", "release", "ack", "nack", "abort", "register", "pending",
+NAMES = ("send", "fire", "peek", "claim", "release", "nack", "abort", "register", "pending",
          "extend", "ack_batch")
 
 #: Scripts whose shard loop must not run twice: a call that failed part way (a key of
