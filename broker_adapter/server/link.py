@@ -243,10 +243,12 @@ class Link:
                 self._sock.sendall(data)
         except OSError as e:
             with self._lock:
-                self._pending.pop(rid, None)
+                ours = self._pending.pop(rid, None) is not None
             failed = ConnectionFailed(f"send to {self.address} failed: {e}")
             self._fail(failed)  # the requests already waiting fail too
-            raise failed from e
+            if ours:
+                raise failed from e
+            # else the link had already failed and told ``done``: one report only
         return rid
 
     def call(self, op: str, args: dict[str, Any], timeout_s: float) -> Any:
