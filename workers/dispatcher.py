@@ -34,11 +34,9 @@ queued or running). A job handed to a system that runs it on its own (a
 slot at once; its message stays in flight until the outcome settles it, and at
 most ``max_awaiting`` such outcomes are awaited at once (pulls wait beyond that).
 The consumer is opened with ``max_inflight`` = slots + ``max_awaiting``. From
-the moment a job starts (queued for a worker, running, or handed off) until its
-message is settled, the message's invisible time is extended
-(``Consumer.extend``) every half invisible time, so a live dispatcher's message
-never comes back while its job waits or runs, however long; a dead dispatcher's
-comes back after at most one invisible time.
+the moment a job starts until its message is settled, the message stays
+invisible (:mod:`workers.invisibility`), so a live dispatcher's message never
+comes back while its job waits or runs, however long.
 """
 
 from __future__ import annotations
@@ -61,6 +59,7 @@ from scheduler.spec import CRON_KEY_PREFIX, parse_cron_key
 from workers.context import JobContext, JobTimeout, reset_current, set_current
 from workers.executors.base import Executor, Handoff, JobNotStarted, registered_executors
 from workers.executors.local import LocalExecutor
+from workers.invisibility import InvisibilityKeeper
 from workers.outcomes import Settler, describe_error, log_run
 from workers.routing import skip_reason, topics_for
 from workers.runs import App, CronGate, Run
@@ -140,11 +139,7 @@ class Dispatcher:
         self._awaiting = 0  # handed-off jobs whose outcome has not come yet
         self._runs: set[Run] = set()  # runs whose message is not settled yet
         self._timed: set[Run] = set()  # ... of those, the ones with a timeout
-        # Runs whose message this dispatcher keeps invisible (started: queued, running or
-        # handed off) -> when to extend it next (monotonic).
-        self._kept: dict[Run, float] = {}
-        self._next_extend = 0.0  # monotonic time of the next look at _kept
-        self._invisible_s = DEFAULT_INVISIBLE_MS / 1000
+        self._keeper = InvisibilityKeeper(self._log)  # started runs' messages stay invisible
         self._crons = CronGate(app.registry)
         self._stop = threading.Event()
         self._hurry = False
@@ -161,7 +156,6 @@ class Dispatcher:
             self._topics = topics_for(self.registry, self.app.settings.topic, self.executors)
             longest = max((s.timeout or 0.0 for s in specs), default=0.0)
             invisible = self.invisible_ms or max(DEFAULT_INVISIBLE_MS, int(longest * 2000) + 10_000)
-            self._invisible_s = invisible / 1000
             self._consumer = self.app.broker.consumer(
                 self.group,
                 self._topics,
@@ -170,6 +164,7 @@ class Dispatcher:
                 max_inflight=self.capacity + self.max_awaiting,
             )
             self._settler = Settler(self._consumer, self._log)
+            self._keeper.open(self._consumer, invisible)
             self._log.info(
                 "dispatcher joined group %s on %s (capacity %d, invisible %d ms)",
                 self.group,
@@ -284,8 +279,8 @@ class Dispatcher:
         -1 when all slots were taken (it waited for one instead: busy, not idle)."""
         if self._timed:
             wait_ms = min(wait_ms, self._check_timeouts())
-        if self._kept:
-            wait_ms = min(wait_ms, self._keep_invisible())
+        if self._keeper:
+            wait_ms = min(wait_ms, self._keeper.tick())
         with self._cv:
             room = self.capacity - self._threads
             if room <= 0 or self._awaiting >= self.max_awaiting:
@@ -375,7 +370,7 @@ class Dispatcher:
             self._threads += 1
             if spec.timeout is not None:
                 self._timed.add(run)
-            self._kept[run] = time.monotonic() + self._invisible_s / 2
+        self._keeper.keep(run)
         executor = self.executors.get(spec.executor)
         if self._trace is not None:
             self._trace.dispatched(run.message, self._clock_ms())
@@ -404,7 +399,7 @@ class Dispatcher:
         run.settled = True
         self._runs.discard(run)
         self._timed.discard(run)
-        self._kept.pop(run, None)
+        self._keeper.drop(run)
         self.processed += 1
         self._cv.notify_all()
         return True
@@ -417,7 +412,7 @@ class Dispatcher:
                     self._threads -= 1
                     self._awaiting += 1
                     if not run.settled:
-                        self._kept[run] = time.monotonic() + self._invisible_s / 2
+                        self._keeper.keep(run)  # extended from the handoff on
                     self._cv.notify_all()
                 handoff.outcome.add_done_callback(partial(self._finish, run, job, False))
                 return
@@ -434,7 +429,7 @@ class Dispatcher:
                 self._threads -= 1
             else:
                 self._awaiting -= 1
-                self._kept.pop(run, None)
+                self._keeper.drop(run)
             self._cv.notify_all()
             occ = run.occurrences
             if not run.settled and exc is None and not cancelled and occ and job.fire_ms != occ[-1]:
@@ -525,30 +520,6 @@ class Dispatcher:
         with self._cv:
             self.processed += 1
             self._cv.notify_all()
-
-    def _keep_invisible(self) -> int:
-        """Extend the invisible time of kept messages held for half of it since the
-        last extension; ms until the next look (at most 1 s)."""
-        now = time.monotonic()
-        if now < self._next_extend:
-            return max(1, int((self._next_extend - now) * 1000))
-        half = self._invisible_s / 2
-        with self._cv:
-            due = [run for run, at in self._kept.items() if at <= now]
-            for run in due:
-                self._kept[run] = now + half
-        assert self._consumer is not None
-        for run in due:
-            try:
-                self._consumer.extend(run.message, int(self._invisible_s * 1000))
-            except ChronoqError as e:  # it comes back after its invisible time: the safe side
-                self._log.warning("msg=%s: extend failed (%s)", run.message.msg_id, e)
-        # Look every quarter invisible time: a message is then extended at most 3/4 of
-        # its invisible time after the last extension (looking every half could reach
-        # the full invisible time, and the message would come back).
-        step = min(1.0, self._invisible_s / 4)
-        self._next_extend = now + step
-        return max(1, int(step * 1000))
 
     def _check_timeouts(self) -> int:
         """Fail the runs over their timeout; ms until the next may expire (capped at 1 s)."""
