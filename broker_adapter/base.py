@@ -54,6 +54,15 @@ def check_pull_args(max_messages: object, wait_ms: object) -> None:
         raise InvalidArgument(f"wait_ms must be an int >= 0, got {wait_ms!r}")
 
 
+def check_abort_args(msg_id: object, key: object, topic: object) -> None:
+    """Raise ``InvalidArgument`` unless ``abort`` got ``msg_id`` alone, or ``key`` with
+    ``topic`` (what every adapter's ``abort`` checks first)."""
+    from broker_adapter.errors import InvalidArgument
+
+    if (msg_id is None) == (key is None) or (key is None) != (topic is None):
+        raise InvalidArgument("abort takes msg_id=..., or key=... with topic=...")
+
+
 def check_pending_limit(limit: object) -> None:
     """Raise ``InvalidArgument`` unless ``limit`` (of ``pending``) is an int >= 1."""
     from broker_adapter.errors import InvalidArgument

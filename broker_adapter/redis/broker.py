@@ -29,6 +29,7 @@ from broker_adapter.base import (
     BrokerAdapter,
     Consumer,
     SendCallback,
+    check_abort_args,
     check_consumer_args,
     check_pending_limit,
     retry_topic,
@@ -306,8 +307,7 @@ class RedisBroker(BrokerAdapter):
         self, msg_id: str | None = None, *, key: str | None = None, topic: str | None = None
     ) -> AbortResult:
         """See :meth:`BrokerAdapter.abort`."""
-        if (msg_id is None) == (key is None) or (key is None) != (topic is None):
-            raise InvalidArgument("abort takes msg_id=..., or key=... with topic=...")
+        check_abort_args(msg_id, key, topic)
         self.check_open()
         count = len(self.bases)
         if msg_id is not None:

@@ -31,6 +31,7 @@ from broker_adapter.base import (
     BrokerAdapter,
     Consumer,
     SendCallback,
+    check_abort_args,
     check_pending_limit,
 )
 from broker_adapter.errors import (
@@ -280,8 +281,7 @@ class RemoteBroker(BrokerAdapter):
         self, msg_id: str | None = None, *, key: str | None = None, topic: str | None = None
     ) -> AbortResult:
         """See :meth:`BrokerAdapter.abort`."""
-        if (msg_id is None) == (key is None) or (key is None) != (topic is None):
-            raise InvalidArgument("abort takes msg_id=..., or key=... with topic=...")
+        check_abort_args(msg_id, key, topic)
         self._check_open()
         if msg_id is not None:
             if not isinstance(msg_id, str):
