@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
@@ -74,13 +73,8 @@ class AsyncSender:
 
     def flush(self, timeout_s: float) -> None:
         """Wait until everything queued before has been written (or ``timeout_s`` passed)."""
-        deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._queue or self._busy:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                self._cond.wait(remaining)
+            self._cond.wait_for(lambda: not self._queue and not self._busy, timeout_s)
 
     def close(self) -> None:
         """Write what is queued, then stop the thread."""

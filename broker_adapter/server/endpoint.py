@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -155,13 +154,8 @@ class CallbackRunner:
 
     def flush(self, timeout_s: float) -> None:
         """Wait until every send begun before has completed (or ``timeout_s`` passed)."""
-        deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._outstanding > 0:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                self._cond.wait(remaining)
+            self._cond.wait_for(lambda: self._outstanding <= 0, timeout_s)
 
     def close(self) -> None:
         """Run what is queued, then stop the thread."""
