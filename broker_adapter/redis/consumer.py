@@ -193,16 +193,23 @@ class RedisConsumer(Consumer):
             shares[s] = shares.get(s, 0) + 1
         return shares
 
-    def _settle(self, receipt: bytes) -> tuple[int, bytes, bytes, bool] | None:
-        """Forget a held receipt; ``(shard, n, deliveries, still in flight by what this
-        consumer knows)``, or ``None`` if malformed."""
+    def _parse(self, receipt: bytes) -> tuple[int, bytes, bytes] | None:
+        """``(shard, n, deliveries)`` of a receipt ``b"shard|n|deliveries"``, or ``None``
+        if malformed."""
         try:
             shard_b, n, att = receipt.split(b"|")
             shard = int(shard_b)
         except (ValueError, AttributeError):
             return None
-        if not 0 <= shard < len(self._b.bases):
+        return (shard, n, att) if 0 <= shard < len(self._b.bases) else None
+
+    def _settle(self, receipt: bytes) -> tuple[int, bytes, bytes, bool] | None:
+        """Forget a held receipt; ``(shard, n, deliveries, still in flight by what this
+        consumer knows)``, or ``None`` if malformed."""
+        parsed = self._parse(receipt)
+        if parsed is None:
             return None
+        shard, n, att = parsed
         with self._lock:
             entry = self._held.pop(receipt, None)
             full = len(self._held) + 1 >= self.max_inflight or (
@@ -248,14 +255,11 @@ class RedisConsumer(Consumer):
         check_invisible_ms(invisible_ms)
         self._check()
         receipt = message.receipt
-        try:
-            shard_b, n, att = receipt.split(b"|")
-            s = int(shard_b)
-        except (ValueError, AttributeError):
+        parsed = self._parse(receipt)
+        if parsed is None:
             return False
+        s, n, att = parsed
         b = self._b
-        if not 0 <= s < len(b.bases):
-            return False
         deadline = b.now_ms() + invisible_ms
         with redis_errors("extend"):
             b.acks.flush()

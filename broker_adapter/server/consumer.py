@@ -183,14 +183,22 @@ class RemoteConsumer(Consumer):
         decode = P.decode_received
         return [decode(r, prefix, id_prefix) for r in rows]
 
+    def _endpoint_of(self, receipt: object) -> int | None:
+        """The index of the endpoint a receipt came from (its first byte), or ``None``
+        for a receipt that is not one of ours."""
+        if not isinstance(receipt, bytes) or len(receipt) < 2 \
+                or receipt[0] >= len(self._broker.endpoints):
+            return None
+        return receipt[0]
+
     def _settle(self, op: str, message: ReceivedMessage, args: dict[str, Any]) -> bool:
         """Send ``ack``, ``nack``, ``extend``... to where ``message`` came from."""
         self._check()
         receipt = message.receipt
-        endpoints = self._broker.endpoints
-        if not isinstance(receipt, bytes) or len(receipt) < 2 or receipt[0] >= len(endpoints):
+        index = self._endpoint_of(receipt)
+        if index is None:
             return False
-        ep = endpoints[receipt[0]]
+        ep = self._broker.endpoints[index]
         args = {**args, "receipt": receipt[1:]}
         try:
             return bool(self._call(ep, op, args, REQUEST_TIMEOUT_S))
@@ -204,16 +212,15 @@ class RemoteConsumer(Consumer):
     def ack_batch(self, messages: Sequence[ReceivedMessage]) -> list[bool]:
         """See :meth:`broker_adapter.base.Consumer.ack_batch`: one request per endpoint."""
         self._check()
-        endpoints = self._broker.endpoints
         out = [False] * len(messages)
         by_endpoint: dict[int, list[int]] = {}
         for i, m in enumerate(messages):
-            receipt = m.receipt
-            if isinstance(receipt, bytes) and len(receipt) >= 2 and receipt[0] < len(endpoints):
-                by_endpoint.setdefault(receipt[0], []).append(i)
+            index = self._endpoint_of(m.receipt)
+            if index is not None:
+                by_endpoint.setdefault(index, []).append(i)
         for index, positions in by_endpoint.items():
             args = {"receipts": [messages[i].receipt[1:] for i in positions]}
-            ep = endpoints[index]
+            ep = self._broker.endpoints[index]
             try:
                 acked = self._call(ep, "ack_batch", args, REQUEST_TIMEOUT_S)
             except ConnectionFailed:  # once more, reconnected
