@@ -7,6 +7,7 @@ rather than for a fixed time. None of these helpers asserts how fast anything is
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -64,3 +65,18 @@ def assert_nothing(consumer: Consumer, wait_ms: int = 300) -> None:
     """Assert that a short long-poll brings no message (nothing is due for this consumer)."""
     got = consumer.pull(max_messages=32, wait_ms=wait_ms)
     assert got == [], f"expected no message, got {[(m.msg_id, m.attempts) for m in got]}"
+
+
+def stop_process(proc: subprocess.Popen[str] | subprocess.Popen[bytes] | None,
+                 timeout: float = 10.0) -> int | None:
+    """SIGTERM a child and reap it, SIGKILL when it outlives ``timeout``; its exit status
+    (``None`` without a child)."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(10)

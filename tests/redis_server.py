@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.helpers import stop_process
+
 
 def require_redis_server() -> str:
     """The path of ``redis-server``; skip (or fail on CI) when it is missing."""
@@ -116,13 +118,8 @@ class RedisServer:
             self.proc.wait(10)
 
     def stop(self) -> None:
-        """SIGTERM and wait."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        """SIGTERM and wait (SIGKILL after 10 s)."""
+        stop_process(self.proc)
 
 
 class RedisSentinelProcs:
@@ -179,12 +176,7 @@ class RedisSentinelProcs:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_process(self.proc)
         self.replica.stop()
         self.master.stop()
 

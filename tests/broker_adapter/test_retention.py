@@ -41,9 +41,19 @@ def test_trim_drops_consumed_messages_past_retention_and_keeps_the_rest(tmp_path
         assert kept is not None and kept.groups["slow"] is not MessageState.DONE
 
 
+def entries(broker: EmbeddedBroker, cf: str) -> int:
+    """How many entries column family ``cf`` holds."""
+    return sum(1 for _ in broker._store.cf[cf].keys())  # noqa: SIM118 - Rdict
+
+
 def key_entries(broker: EmbeddedBroker) -> int:
     """How many entries the key index holds."""
-    return sum(1 for _ in broker._store.cf[K.CF_KEYS].keys())  # noqa: SIM118 - Rdict
+    return entries(broker, K.CF_KEYS)
+
+
+def note_entries(broker: EmbeddedBroker) -> int:
+    """How many retry/dead-letter notes the groups keep."""
+    return entries(broker, K.CF_CONSUME)
 
 
 def test_keys_of_trimmed_and_aborted_messages_are_forgotten(tmp_path: Path) -> None:
@@ -98,11 +108,6 @@ def test_trimming_goes_in_chunks_and_firing_goes_on(tmp_path: Path,
         clock.advance(5)
         assert pull_one(c).msg_id == late.msg_id
         eventually(lambda: key_entries(broker) == 0, what="every key forgotten, 7 at a time")
-
-
-def note_entries(broker: EmbeddedBroker) -> int:
-    """How many retry/dead-letter notes the groups keep."""
-    return sum(1 for _ in broker._store.cf[K.CF_CONSUME].keys())  # noqa: SIM118 - Rdict
 
 
 def test_retry_and_dead_letter_notes_go_with_their_copies(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ import redis
 
 from scheduler.scheduler import Scheduler
 from tests.celery import jobs
-from tests.helpers import eventually
+from tests.helpers import eventually, stop_process
 from workers import Dispatcher
 from workers.celery_app import celery_app_for
 
@@ -111,12 +111,7 @@ class CeleryWorker:
 
     def stop(self) -> None:
         """SIGTERM (warm shutdown), SIGKILL after 10 s."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_process(self.proc)
         self._close_pipe()
 
 

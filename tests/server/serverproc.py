@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_adapter.server.link import Link
+from tests.helpers import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
@@ -97,15 +97,9 @@ class ServerProcess:
         """SIGTERM and wait; the exit status."""
         if self.proc is None:
             return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait(10)
+        rc = stop_process(self.proc, timeout)
         self._close_pipe()
-        return rc
+        return rc if rc is not None else 0
 
     def kill(self) -> None:
         """SIGKILL (``kill -9``) and reap."""
