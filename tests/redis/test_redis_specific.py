@@ -236,7 +236,8 @@ def test_key_index_entries_expire_after_retention_and_keep_the_duplicate_rule(
         eventually(lambda: entry_ttl("fire") == -2 and entry_ttl("abort") == -2,
                    timeout=30, what="key entries expired")
         assert not list(client.scan_iter(f"{base}k:*"))
-        reborn = broker.send(Message("t", b"a4", key="fire", deliver_at_ms=due))
+        # due later than now, so the firer cannot fire it (and set a TTL) before we look
+        reborn = broker.send(Message("t", b"a4", key="fire", deliver_at_ms=due + 60_000))
         assert reborn.status is SendStatus.OK and reborn.msg_id != fired.msg_id
         assert entry_ttl("fire") == -1  # pending again: no TTL
         assert aborted.status is SendStatus.OK
