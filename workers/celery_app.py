@@ -29,9 +29,9 @@ The app has one generic task, :data:`~workers.executors.celery.RUN_TASK`
 and runs it with :func:`workers.current_job` set (message id = Celery task id,
 attempt, due time). It is declared ``acks_late`` with ``reject_on_worker_lost``,
 so a worker killed mid-task gives the task back to Celery, which runs it again
-under the same id. :func:`celery_app_for` turns on ``task_track_started``, so a
-redelivered chronoq message finds a running task ``STARTED`` and waits instead of
-publishing a second run (do the same on your own app).
+under the same id. A redelivered chronoq message finds its task ``SENT`` (stored
+by the executor once Celery's broker accepted it, with a Redis result backend)
+or later and waits for it instead of publishing a second run.
 
 An existing Celery app: :func:`install` adds the generic task to it and binds
 the Scheduler, and :func:`schedule_task` then schedules any of its tasks::
@@ -116,9 +116,9 @@ def install(
     After this, Celery workers of ``celery_app`` run ``scheduler``'s
     ``executor="celery"`` jobs, :func:`schedule_task` works for the app's tasks,
     and dispatchers built for ``scheduler`` get a :class:`CeleryExecutor`. Outcomes
-    need a result backend on ``celery_app`` (or ``{"track_results": False}``), and
-    ``task_track_started=True`` lets a redelivery wait for a running task rather
-    than publish it again.
+    need a result backend on ``celery_app`` (or ``{"track_results": False}``); with a
+    backend other than Redis, ``task_track_started=True`` lets a redelivery wait for
+    a running task rather than publish it again (Redis gets the ``SENT`` state).
 
     :param executor_options: keyword arguments of that :class:`CeleryExecutor`
         (e.g. ``{"track_results": False}``).
@@ -174,8 +174,10 @@ def celery_app_for(
     """A ready Celery app for ``scheduler``'s jobs, :func:`install`-ed.
 
     JSON only (never pickle), results in ``result_backend`` (default: the broker
-    URL), ``task_track_started``, a 5 s connect timeout so a down broker fails a
-    publish fast instead of blocking.
+    URL), a 5 s connect timeout so a down broker fails a publish fast instead of
+    blocking. ``task_track_started`` stays off (Celery's default): the executor's
+    ``SENT`` state already tells a redelivery that a task is in Celery's hands, and
+    ``STARTED`` would cost the worker two more result-backend round trips per task.
 
     :param broker_url: the Celery broker; default ``$CHRONOQ_CELERY_BROKER_URL`` or
         ``redis://127.0.0.1:6379/0``.
@@ -188,7 +190,6 @@ def celery_app_for(
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
-        "task_track_started": True,
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {"socket_connect_timeout": 5},
         "redis_socket_connect_timeout": 5,

@@ -89,7 +89,7 @@ def test_a_dispatcher_restarted_mid_task_ends_done_exactly_once(
     first.close()
     second = Chronoq(tmp_path / "data", redis_url).start()
     try:
-        # Then the next dispatcher finds the task STARTED and waits instead of publishing
+        # Then the next dispatcher finds the task SENT and waits instead of publishing
         assert second.dispatcher is not None
         wait_for("the redelivery", lambda: second.dispatcher is not None
                  and second.dispatcher._awaiting == 1)  # fmt: skip
@@ -100,6 +100,64 @@ def test_a_dispatcher_restarted_mid_task_ends_done_exactly_once(
         assert isinstance(executor, CeleryExecutor) and executor.published == 0
     finally:
         second.close()
+
+
+def test_a_task_still_queued_in_celery_is_not_published_again_after_a_restart(
+    tmp_path: Path, redis_url: str
+) -> None:
+    # Given a job published while no Celery worker runs: queued in Celery, not started
+    first = Chronoq(tmp_path / "data", redis_url).start()
+    receipt = first.handle("t.record").schedule("queued")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        wait_for("SENT stored", lambda: b'"SENT"' in (client.get(
+            f"celery-task-meta-{receipt.msg_id}") or b""))  # fmt: skip
+        # When that dispatcher stops before the outcome and another one takes over
+        first.close()
+        second = Chronoq(tmp_path / "data", redis_url).start()
+        worker = None
+        try:
+            assert second.dispatcher is not None
+            wait_for("the redelivery awaited", lambda: second.dispatcher is not None
+                     and second.dispatcher._awaiting == 1)  # fmt: skip
+            # Then it waits for the queued task instead of publishing it again ...
+            executor = second.dispatcher.executors["celery"]
+            assert isinstance(executor, CeleryExecutor) and executor.published == 0
+            assert client.llen("celery") == 1  # the one queued publish, no second
+            # ... and once a worker runs it, the message is DONE after one run
+            worker = CeleryWorker(redis_url).start()
+            wait_for("DONE", lambda: _state(second, receipt.msg_id) is MessageState.DONE)
+            assert [r["task_id"] for r in runs(redis_url, "t.record")] == [receipt.msg_id]
+            assert executor.published == 0
+        finally:
+            second.close()
+            if worker is not None:
+                worker.stop()
+    finally:
+        client.close()
+
+
+def test_sent_never_hides_a_state_the_worker_already_wrote(tmp_path: Path, redis_url: str) -> None:
+    # Given a task the worker already finished before chronoq's SENT write arrives
+    from workers.executors.celery_results import SENT_STATE, ResultWatcher
+
+    chronoq = Chronoq(tmp_path / "data", redis_url)
+    app = chronoq.celery
+    app.backend.store_result("done-first", 42, "SUCCESS")
+    watcher = ResultWatcher(app)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        # When SENT is stored for it and for a task with no state yet
+        assert watcher.mark_sent(["done-first", "fresh"]) is True
+        # Then the finished one keeps SUCCESS; the fresh one is SENT, expiring like results
+        assert app.backend.get_task_meta("done-first", cache=False)["status"] == "SUCCESS"
+        assert app.backend.get_task_meta("fresh", cache=False)["status"] == SENT_STATE
+        ttl_ms = client.pttl("celery-task-meta-fresh")
+        assert 0 < ttl_ms <= app.conf.result_expires.total_seconds() * 1000
+    finally:
+        client.close()
+        watcher.close()
+        chronoq.close()
 
 
 def test_a_dispatcher_killed_mid_task_ends_done_exactly_once(

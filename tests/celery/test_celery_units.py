@@ -167,3 +167,43 @@ def test_job_not_started_is_released_with_backoff_and_counts_no_attempt(
     lines = [r.getMessage() for r in caplog.records if receipt.msg_id in r.getMessage()]
     assert len(lines) == 2 and all("not started" in x and "unreachable" in x for x in lines)
     app.close()
+
+
+def test_publish_declares_a_queue_once_and_reprs_args_like_send_task() -> None:
+    # Given a Celery app on kombu's in-memory transport (no service needed here)
+    from celery import Celery
+    from celery.utils.saferepr import saferepr
+
+    from workers.executors.celery import publish
+
+    app = Celery("units", broker="memory://", set_as_current=False)
+    declared: set[str] = set()
+    long_args = ["x" * 2_000]
+    with app.connection_for_write() as conn:
+        queue = conn.SimpleQueue("orders")
+        with app.producer_or_acquire() as producer:
+            declares: list[str] = []
+            real_declare = producer.maybe_declare
+
+            def counting_declare(entity: object, *a: object, **kw: object) -> object:
+                declares.append(str(getattr(entity, "name", entity)))
+                return real_declare(entity, *a, **kw)
+
+            producer.maybe_declare = counting_declare
+            # When three tasks are published to one queue, the last with a long argument
+            publish(
+                app, producer, "t.a", [1, "b"], {"k": None}, "id-1", {"queue": "orders"}, declared
+            )
+            publish(app, producer, "t.a", [2], {}, "id-2", {"queue": "orders"}, declared)
+            publish(app, producer, "t.a", long_args, {}, "id-3", {"queue": "orders"}, declared)
+        got = [queue.get(timeout=1) for _ in range(3)]
+        queue.close()
+    # Then the queue was declared by the first publish only, the tasks arrive in order under their ids, and
+    # argsrepr/kwargsrepr read as send_task's saferepr reads them, long ones cut to size
+    assert declared == {"orders"} and declares == ["orders"]
+    assert [m.headers["id"] for m in got] == ["id-1", "id-2", "id-3"]
+    assert got[0].headers["argsrepr"] == saferepr([1, "b"]) == "[1, 'b']"
+    assert got[0].headers["kwargsrepr"] == saferepr({"k": None})
+    long_repr = got[2].headers["argsrepr"]
+    assert len(long_repr) == app.amqp.argsrepr_maxsize and long_repr.endswith("...")
+    assert got[2].payload[0] == long_args  # the body itself is whole

@@ -22,7 +22,15 @@ a few thousand watched ids cost more CPU than the publishing itself.
 the task's exception as the result backend rebuilds it (the original class when
 it can be imported here, so ``RetryPolicy.retry_on`` works as for local jobs);
 ``REVOKED`` with Celery's ``TaskRevokedError``. Unready states (``PENDING``,
-``STARTED``, ``RETRY``...) keep waiting.
+``SENT``, ``STARTED``, ``RETRY``...) keep waiting.
+
+``SENT`` is chronoq's own state (the name Celery's documentation suggests for a
+custom "published" state): once Celery's broker accepted a publish,
+:meth:`ResultWatcher.mark_sent` stores it for each task that has no state yet
+(``SET NX``, so it never hides a state the worker already wrote; the worker's own
+writes replace it). A redelivered message whose task is ``SENT`` is therefore
+known to be in Celery's hands, queued or running, even with ``task_track_started``
+off, and is waited for instead of published twice.
 """
 
 from __future__ import annotations
@@ -39,11 +47,15 @@ _log = logging.getLogger("chronoq.workers.CeleryExecutor")
 
 #: States after which a task will not run again by itself.
 READY_STATES = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
+#: The state chronoq stores for a task Celery's broker accepted (see the module docstring).
+SENT_STATE = "SENT"
 #: Ids per ``MGET`` in a sweep.
 SWEEP_CHUNK = 1000
 #: How Celery's JSON meta of an unready state starts (``status`` is its first field):
 #: such a state change is dropped without decoding it. Any other text is decoded.
-_UNREADY = tuple(f'{{"status": "{s}"'.encode() for s in ("STARTED", "RETRY", "RECEIVED"))
+_UNREADY = tuple(
+    f'{{"status": "{s}"'.encode() for s in ("STARTED", "RETRY", "RECEIVED", SENT_STATE)
+)
 
 
 class CeleryTaskFailed(Exception):
@@ -120,6 +132,30 @@ class ResultWatcher:
         ids = list(task_ids)
         backend = self.celery_app.backend
         return dict(zip(ids, _metas(backend, ids), strict=True))
+
+    def mark_sent(self, task_ids: Iterable[str]) -> bool:
+        """Store :data:`SENT_STATE` for each id that has no state yet: one pipelined
+        ``SET NX`` per id with the backend's result expiry, one round trip in all.
+        Called from the executor's publisher thread after Celery's broker accepted
+        the publishes.
+
+        :returns: ``False`` when the backend is not Redis (nothing stored).
+        """
+        backend = self.celery_app.backend
+        client = getattr(backend, "client", None)
+        if client is None or not hasattr(client, "pipeline") or not _key_prefix(backend):
+            return False
+        expires = getattr(backend, "expires", None)
+        px = int(float(expires) * 1000) if expires else None
+        pipe = client.pipeline(transaction=False)
+        for task_id in task_ids:
+            meta: dict[str, Any] = {
+                "status": SENT_STATE, "result": None, "traceback": None,
+                "children": [], "date_done": None, "task_id": task_id,
+            }  # fmt: skip
+            pipe.set(backend.get_key_for_task(task_id), backend.encode(meta), nx=True, px=px)
+        pipe.execute()
+        return True
 
     def forget(self, task_id: str) -> None:
         """Delete a stored result (before a retry publishes the same id again)."""
@@ -289,6 +325,7 @@ def _metas(backend: Any, ids: list[str], ready_only: bool = False) -> list[dict[
 
 __all__ = [
     "READY_STATES",
+    "SENT_STATE",
     "CeleryTaskFailed",
     "ResultWatcher",
     "close_thread_backend",
