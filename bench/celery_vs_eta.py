@@ -9,23 +9,27 @@ default ``Settings``: prefetch 32, 8 slots) and once through Celery's ETA::
     .venv/bin/python bench/celery_vs_eta.py --n 100000
     .venv/bin/python bench/celery_vs_eta.py --n 2000,20000 --only chronoq   # RSS flat in N?
 
-The worker is what a user would run on this 2-core machine: Celery's default
-pool and prefetch, concurrency = cores (``--pool=prefork -c 2``,
-``worker_prefetch_multiplier`` 4), Redis broker and result backend,
-``task_track_started`` on (chronoq's redelivery check needs it), and the two
-INFO lines Celery logs per task ("received", "succeeded") off, as one does at
-hundreds of tasks a second. Both paths' tasks store their result.
+The worker is what gets the most tasks a second out of this 2-core machine: one
+worker process per core with the ``solo`` pool (``2 x celery worker --pool=solo``;
+the capacity probe measured about 1,030 tasks/s, against 620-750 for the default
+``--pool=prefork -c 2``, whose parent process is the bottleneck, and 590 for
+``--pool=threads -c 2``); Celery's default prefetch (multiplier 4), Redis broker
+and result backend, and the two INFO lines Celery logs per task ("received",
+"succeeded") off, as one does at hundreds of tasks a second. ``--pool``,
+``--concurrency`` and ``--processes`` choose another worker. Both paths' tasks
+store their result; ``task_track_started`` is off (Celery's default; chronoq's
+redelivery check uses its own ``SENT`` state).
 
 Printed per path: schedule throughput (one call per job), lateness at task
 start (start in the worker minus the asked-for due time) P50/P99/P99.9/max,
-the worker's own peak RSS (``VmHWM`` of the worker process and its pool
+the workers' own peak RSS (``VmHWM`` of the worker processes and their pool
 children), lost and duplicated runs (every run pushes its job number to a
 Redis list), CPU seconds per job of the worker and of the scheduling process
 (for chronoq: scheduling, firing, publishing and outcome tracking), and the
 load average; then the ratios chronoq / Celery ETA. For chronoq also the
 fire-to-publish lateness inside chronoq (the ``late=`` of the dispatcher's job
-lines): the part chronoq controls, as opposed to the worker's queueing. A
-redis-server is started on a free loopback port unless ``--redis-url`` is given.
+lines): the part chronoq controls, as opposed to the worker's queueing, and
+its CPU per job by thread. A redis-server is started on a free loopback port unless ``--redis-url`` is given.
 """
 
 from __future__ import annotations
@@ -90,7 +94,6 @@ app = celery_app_for(
     scheduler,
     os.environ.get(URL_ENV),
     worker_hijack_root_logger=False,
-    task_track_started=os.environ.get("BENCH_TRACK_STARTED", "1") == "1",
 )
 
 
@@ -129,47 +132,58 @@ def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 class Worker:
-    """``celery -A bench.celery_vs_eta worker`` as a subprocess."""
+    """``celery -A bench.celery_vs_eta worker`` as ``processes`` subprocesses (one
+    worker each, all consuming the same queue)."""
 
-    def __init__(self, url: str, concurrency: int, pool: str = "threads") -> None:
+    def __init__(
+        self, url: str, concurrency: int, pool: str = "prefork", processes: int = 1
+    ) -> None:
         env = dict(os.environ, **{URL_ENV: url, "PYTHONPATH": str(ROOT)})
-        self.proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("celery")), "-A", "bench.celery_vs_eta", "worker",
-             f"--pool={pool}", "-c", str(concurrency), "--loglevel=INFO", "--without-gossip",
-             "--without-mingle", "--without-heartbeat"],
-            cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        ready = threading.Event()
+        self.procs: list[subprocess.Popen[str]] = []
         self.tail: list[str] = []
-
-        def read() -> None:
-            assert self.proc.stdout is not None
-            for line in self.proc.stdout:
-                self.tail = (self.tail + [line])[-20:]
-                if " ready." in line:
-                    ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(60):
+        readies: list[threading.Event] = []
+        for k in range(processes):
+            proc = subprocess.Popen(
+                [str(Path(sys.executable).with_name("celery")), "-A", "bench.celery_vs_eta",
+                 "worker", f"--pool={pool}", "-c", str(concurrency), "--loglevel=INFO",
+                 "-n", f"bench{k}@%h", "--without-gossip", "--without-mingle",
+                 "--without-heartbeat"],
+                cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True,
+            )  # fmt: skip
+            ready = threading.Event()
+            threading.Thread(target=self._read, args=(proc, ready), daemon=True).start()
+            self.procs.append(proc)
+            readies.append(ready)
+        if not all(r.wait(60) for r in readies):
             self.stop()
             raise SystemExit("celery worker not ready:\n" + "".join(self.tail))
-        self.idle_rss = proc_status(self.proc.pid).get("VmRSS", 0)
+        self.idle_rss = sum(proc_status(p.pid).get("VmRSS", 0) for p in self.procs)
+
+    def _read(self, proc: subprocess.Popen[str], ready: threading.Event) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.tail = (self.tail + [line])[-20:]
+            if " ready." in line:
+                ready.set()
 
     def _pids(self) -> list[int]:
-        pids = [self.proc.pid]
-        try:
-            for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
-                pids += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            pass
+        pids = []
+        for proc in self.procs:
+            pids.append(proc.pid)
+            try:
+                for task in Path(f"/proc/{proc.pid}/task").iterdir():
+                    pids += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
         return pids
 
     def peak_rss(self) -> int:
-        """``VmHWM`` of the worker process (plus its children's, for ``prefork``)."""
+        """``VmHWM`` of the worker processes (plus their children's, for ``prefork``)."""
         return sum(proc_status(pid).get("VmHWM", 0) for pid in self._pids())
 
     def cpu_s(self) -> float:
-        """User + system CPU seconds of the worker process and its pool children."""
+        """User + system CPU seconds of the worker processes and their pool children."""
         total = 0
         for pid in self._pids():
             try:
@@ -180,12 +194,14 @@ class Worker:
         return total / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _dues(n: int, t0_ms: float, seed: int) -> list[float]:
@@ -264,9 +280,9 @@ class _PublishLateness(logging.Handler):
 
 
 def run_chronoq(
-    url: str, n: int, seed: int, concurrency: int, workdir: Path, pool: str
+    url: str, n: int, seed: int, concurrency: int, workdir: Path, pool: str, processes: int
 ) -> dict[str, Any]:
-    worker = Worker(url, concurrency, pool)
+    worker = Worker(url, concurrency, pool, processes)
     handler = _PublishLateness()
     dlog = logging.getLogger("chronoq.workers.Dispatcher")
     dlog.addHandler(handler)
@@ -288,8 +304,10 @@ def run_chronoq(
             hit.schedule(i, due, delay=max(0.0, due - time.time() * 1000) / 1000)
         sched_s = time.perf_counter() - start
         recs = _collect(url, "chronoq", n, max(dues), patience_s=30)
+        threads = _thread_cpu(n)
         out = _summary("chronoq", n, sched_s, recs, worker, cpu0)
         out["publish_late"] = percentiles(handler.values)
+        out["threads"] = threads
         return out
     finally:
         dlog.removeHandler(handler)
@@ -300,12 +318,29 @@ def run_chronoq(
         celery.close()
 
 
+def _thread_cpu(n: int) -> str:
+    """CPU per job of this process's busiest threads (where chronoq's side goes)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    rows = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        name = names.get(int(task.name)) or (task / "comm").read_text().strip()
+        rows.append((cpu_s, name.split(" (")[0]))
+    return ", ".join(f"{name} {cpu_s / n * 1e6:.0f} µs" for cpu_s, name in sorted(rows)[::-1][:5])
+
+
 def _eta_stub(i: int, due_ms: float) -> None:
     """Only its name matters here: the worker runs :func:`hit_eta`."""
 
 
-def run_eta(url: str, n: int, seed: int, concurrency: int, pool: str) -> dict[str, Any]:
-    worker = Worker(url, concurrency, pool)
+def run_eta(
+    url: str, n: int, seed: int, concurrency: int, pool: str, processes: int
+) -> dict[str, Any]:
+    worker = Worker(url, concurrency, pool, processes)
     celery = celery_app_for(Scheduler("rocksdb://./unused"), url, worker_hijack_root_logger=False)
     task = celery.task(name="bench.hit_eta", shared=False)(_eta_stub)
     cpu0 = (worker.cpu_s(), _own_cpu_s(), os.getloadavg()[0])
@@ -323,11 +358,11 @@ def run_eta(url: str, n: int, seed: int, concurrency: int, pool: str) -> dict[st
         celery.close()
 
 
-def probe_capacity(url: str, n: int, concurrency: int, pool: str) -> float:
+def probe_capacity(url: str, n: int, concurrency: int, pool: str, processes: int) -> float:
     """Tasks/s the worker drains from a burst of ``n`` generic tasks due now."""
     from workers.executors.celery import RUN_TASK, publish
 
-    worker = Worker(url, concurrency, pool)
+    worker = Worker(url, concurrency, pool, processes)
     celery = celery_app_for(Scheduler("rocksdb://./unused"), url)
     client = redis.Redis.from_url(url)
     try:
@@ -375,6 +410,7 @@ def _print(rows: list[dict[str, Any]]) -> None:
                 f"chronoq N={num(r['n'])}: fire-to-publish lateness in chronoq p50 {ms(p['p50'])} "
                 f"p99 {ms(p['p99'])} p99.9 {ms(p['p99.9'])} max {ms(p['max'])} ms"
             )
+            print(f"chronoq N={num(r['n'])}: CPU per job by thread: {r['threads']}")
     for n in sorted({r["n"] for r in rows}):
         c = next((r for r in rows if r["n"] == n and r["path"] == "chronoq"), None)
         e = next((r for r in rows if r["n"] == n and r["path"] == "celery-eta"), None)
@@ -394,11 +430,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", default="20000", help="jobs per run; a comma list runs each")
     parser.add_argument("--only", choices=["chronoq", "eta"], help="run one path only")
     parser.add_argument("--redis-url", help="use this Redis instead of starting one")
-    parser.add_argument("--concurrency", type=int, default=2, help="worker processes/threads")
-    parser.add_argument("--pool", default="prefork", choices=["threads", "prefork", "solo"])
+    parser.add_argument("--pool", default="solo", choices=["threads", "prefork", "solo"])
+    parser.add_argument("--concurrency", type=int, default=1, help="-c of each worker")
+    parser.add_argument("--processes", type=int, default=2, help="worker processes")
     parser.add_argument("--probe", type=int, default=4000, help="capacity probe burst (0: skip)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--linger-ms", type=float, help="CeleryExecutor linger (default: its own)")
     args = parser.parse_args(argv)
+    if args.linger_ms is not None:
+        EXEC_OPTS["linger_ms"] = args.linger_ms
     workdir = Path(tempfile.mkdtemp(prefix="celery-vs-eta-"))
     server = None
     url = args.redis_url
@@ -408,18 +448,23 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     try:
         if args.probe:
-            rate = probe_capacity(url, args.probe, args.concurrency, args.pool)
-            print(f"worker capacity ({args.pool} -c {args.concurrency}): {num(rate)} tasks/s "
+            rate = probe_capacity(url, args.probe, args.concurrency, args.pool, args.processes)
+            print(f"worker capacity ({args.processes} x {args.pool} -c {args.concurrency}): "
+                  f"{num(rate)} tasks/s "
                   f"(a burst of {num(args.probe)} published at once)")  # fmt: skip
-        print(f"worker: celery worker --pool={args.pool} -c {args.concurrency} "
+        print(f"worker: {args.processes} x celery worker --pool={args.pool} -c {args.concurrency} "
               "(prefetch multiplier 4, per-task INFO lines off); load average "
               f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")  # fmt: skip
         for n in (int(x) for x in args.n.split(",")):
             if args.only != "eta":
-                rows.append(run_chronoq(url, n, args.seed, args.concurrency, workdir, args.pool))
+                rows.append(
+                    run_chronoq(
+                        url, n, args.seed, args.concurrency, workdir, args.pool, args.processes
+                    )
+                )
                 print(f"chronoq N={n} done", file=sys.stderr)
             if args.only != "chronoq":
-                rows.append(run_eta(url, n, args.seed, args.concurrency, args.pool))
+                rows.append(run_eta(url, n, args.seed, args.concurrency, args.pool, args.processes))
                 print(f"celery-eta N={n} done", file=sys.stderr)
     finally:
         if server is not None:

@@ -165,6 +165,10 @@ class Dispatcher:
             )
             self._settler = Settler(self._consumer, self._log)
             self._keeper.open(self._consumer, invisible)
+            for executor in self.executors.values():
+                warm_up = getattr(executor, "warm_up", None)  # optional: see Executor
+                if callable(warm_up):
+                    warm_up()
             self._log.info(
                 "dispatcher joined group %s on %s (capacity %d, invisible %d ms)",
                 self.group,

@@ -192,3 +192,25 @@ def test_a_dispatcher_killed_mid_task_ends_done_exactly_once(
         assert isinstance(executor, CeleryExecutor) and executor.published == 0
     finally:
         chronoq.close()
+
+
+def test_the_dispatcher_warms_the_celery_executor_up_before_the_first_job(
+    tmp_path: Path, redis_url: str, worker: CeleryWorker
+) -> None:
+    # Given a dispatcher that has opened, with no job due yet
+    chronoq = Chronoq(tmp_path / "data", redis_url).start()
+    try:
+        assert chronoq.dispatcher is not None
+        executor = chronoq.dispatcher.executors["celery"]
+        assert isinstance(executor, CeleryExecutor)
+        # Then its publisher already holds a producer and its result thread runs ...
+        wait_for("the publish session", lambda: executor._session is not None)
+        thread = executor.watcher._thread
+        assert thread is not None and thread.is_alive() and executor.published == 0
+        # ... and the first job goes through that session, once
+        receipt = chronoq.handle("t.record").schedule("first")
+        wait_for("DONE", lambda: _state(chronoq, receipt.msg_id) is MessageState.DONE)
+        assert executor.published == 1
+        assert [r["task_id"] for r in runs(redis_url, "t.record")] == [receipt.msg_id]
+    finally:
+        chronoq.close()

@@ -31,7 +31,12 @@ from scheduler.spec import JobSpec
 
 @runtime_checkable
 class Executor(Protocol):
-    """Runs jobs; the dispatcher calls :meth:`submit` once per job run."""
+    """Runs jobs; the dispatcher calls :meth:`submit` once per job run.
+
+    An executor may also have a ``warm_up()`` method (not part of this protocol,
+    so it stays optional): the dispatcher calls it when it opens, so that
+    connections and threads are ready before the first due job. It must not block.
+    """
 
     def submit(self, spec: JobSpec, call: JobCall, message: ReceivedMessage) -> Future[Any]:
         """Start ``spec.func`` with ``call``'s arguments; return its future.

@@ -6,7 +6,8 @@ backend*, so the chronoq message stays in flight until the task has run:
 
 * with the Redis result backend, one pattern subscription to the backend's
   channels (``celery-task-meta-*``: Celery publishes every state change there)
-  delivers outcomes within milliseconds, and a sweep (one ``MGET`` per 1,000
+  delivers outcomes within milliseconds (the thread reads all at hand, then
+  pauses :data:`GATHER_S` so the next ones come several to a wake-up), and a sweep (one ``MGET`` per 1,000
   watched ids) right after each (re)subscription and then every ``resweep_s``
   (5 s) catches anything published while the subscription was down;
 * with any other key-value backend only the sweep runs (``mget``), every
@@ -49,6 +50,8 @@ _log = logging.getLogger("chronoq.workers.CeleryExecutor")
 READY_STATES = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
 #: The state chronoq stores for a task Celery's broker accepted (see the module docstring).
 SENT_STATE = "SENT"
+#: Pause after reading the outcomes at hand, so that the next ones gather, s.
+GATHER_S = 0.005
 #: Ids per ``MGET`` in a sweep.
 SWEEP_CHUNK = 1000
 #: How Celery's JSON meta of an unready state starts (``status`` is its first field):
@@ -105,15 +108,23 @@ class ResultWatcher:
 
     # -- what the executor calls ----------------------------------------------------------
 
+    def start(self) -> None:
+        """Start the thread (and its subscription) now; :meth:`watch` does it otherwise."""
+        with self._lock:
+            self._start_thread()
+
     def watch(self, task_id: str, fut: Future[Any]) -> None:
         """Complete ``fut`` once task ``task_id`` is ready (starts the thread on first use)."""
         with self._lock:
             self._watched.setdefault(task_id, []).append(fut)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name="chronoq-celery-results", daemon=True
-                )
-                self._thread.start()
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        if self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(
+                target=self._loop, name="chronoq-celery-results", daemon=True
+            )
+            self._thread.start()
 
     def unwatch(self, task_id: str, fut: Future[Any]) -> None:
         """Stop waiting for ``task_id`` on behalf of ``fut`` (its publish failed)."""
@@ -124,14 +135,28 @@ class ResultWatcher:
                 if not futs:
                     del self._watched[task_id]
 
-    def lookup(self, task_ids: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+    def lookup(
+        self, task_ids: Iterable[str], *, mark_sent: Iterable[str] = ()
+    ) -> dict[str, dict[str, Any] | None]:
         """The stored meta of each id that has one (one round trip for a KV backend).
+
+        :param mark_sent: ids to store :data:`SENT_STATE` for first, in the same
+            round trip (see :meth:`mark_sent`; Redis backend only, else ignored).
 
         Called from the executor's publisher thread; uses that thread's backend.
         """
         ids = list(task_ids)
         backend = self.celery_app.backend
-        return dict(zip(ids, _metas(backend, ids), strict=True))
+        pipe = self._sent_pipeline(backend, mark_sent)
+        if pipe is None:
+            return dict(zip(ids, _metas(backend, ids), strict=True))
+        if ids:
+            pipe.mget([backend.get_key_for_task(i) for i in ids])
+        replies = pipe.execute()
+        if not ids:
+            return {}
+        values = replies[-1]
+        return dict(zip(ids, (_decode(backend, v) for v in values), strict=True))
 
     def mark_sent(self, task_ids: Iterable[str]) -> bool:
         """Store :data:`SENT_STATE` for each id that has no state yet: one pipelined
@@ -141,10 +166,19 @@ class ResultWatcher:
 
         :returns: ``False`` when the backend is not Redis (nothing stored).
         """
-        backend = self.celery_app.backend
+        pipe = self._sent_pipeline(self.celery_app.backend, task_ids)
+        if pipe is None:
+            return False
+        pipe.execute()
+        return True
+
+    @staticmethod
+    def _sent_pipeline(backend: Any, task_ids: Iterable[str]) -> Any:
+        """A Redis pipeline holding a ``SET NX`` of ``SENT`` per id; ``None`` when the
+        backend is not Redis."""
         client = getattr(backend, "client", None)
         if client is None or not hasattr(client, "pipeline") or not _key_prefix(backend):
-            return False
+            return None
         expires = getattr(backend, "expires", None)
         px = int(float(expires) * 1000) if expires else None
         pipe = client.pipeline(transaction=False)
@@ -154,8 +188,7 @@ class ResultWatcher:
                 "children": [], "date_done": None, "task_id": task_id,
             }  # fmt: skip
             pipe.set(backend.get_key_for_task(task_id), backend.encode(meta), nx=True, px=px)
-        pipe.execute()
-        return True
+        return pipe
 
     def forget(self, task_id: str) -> None:
         """Delete a stored result (before a retry publishes the same id again)."""
@@ -244,9 +277,14 @@ class ResultWatcher:
                     self._sweep()
                     next_sweep = now + self.resweep_s
                 msg = pubsub.get_message(timeout=0.2)
+                if msg is None:
+                    continue
                 while msg is not None:
                     self._on_message(msg)
                     msg = pubsub.get_message(timeout=0)
+                # Let the next outcomes gather: one wake-up per few instead of one per
+                # task. It delays settling a message, never a task's start.
+                self._stop.wait(GATHER_S)
         finally:
             with contextlib.suppress(Exception):  # closing a broken connection
                 pubsub.close()
@@ -298,6 +336,15 @@ def _safe_uri(backend: Any) -> str:
         return type(backend).__name__
 
 
+def _decode(backend: Any, value: Any, ready_only: bool = False) -> dict[str, Any] | None:
+    """One stored meta (``None`` when nothing is stored; with ``ready_only``, also for
+    the JSON meta of an unready state, which is then not decoded)."""
+    if value is None or (ready_only and isinstance(value, bytes) and value.startswith(_UNREADY)):
+        return None
+    meta = backend.decode_result(value)
+    return meta if isinstance(meta, dict) else None
+
+
 def _metas(backend: Any, ids: list[str], ready_only: bool = False) -> list[dict[str, Any] | None]:
     """Stored meta per id (``None`` when nothing is stored; with ``ready_only``, also
     for a JSON meta of an unready state, not decoded)."""
@@ -309,13 +356,7 @@ def _metas(backend: Any, ids: list[str], ready_only: bool = False) -> list[dict[
         except NotImplementedError:
             values = None
         if values is not None:
-            skip = _UNREADY if ready_only else ()
-            return [
-                None
-                if v is None or (skip and isinstance(v, bytes) and v.startswith(skip))
-                else backend.decode_result(v)
-                for v in values
-            ]
+            return [_decode(backend, v, ready_only) for v in values]
     out: list[dict[str, Any] | None] = []
     for task_id in ids:
         meta = backend.get_task_meta(task_id, cache=False)
