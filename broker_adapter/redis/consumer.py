@@ -150,7 +150,7 @@ class RedisConsumer(Consumer):
             size = len(row[2]) + (len(row[7]) if row[7] else 0)
             if len(keep) >= room or (bound is not None and score > bound) or (
                     keep and total + size > self.max_inflight_bytes):
-                back.setdefault(s, []).extend((row[0], row[8], score))
+                back.setdefault(s, []).extend((row[0], b"%d:%d" % (row[8], row[10]), score))
                 continue
             total += size
             keep.append((s, row))
@@ -162,8 +162,8 @@ class RedisConsumer(Consumer):
         names = b.topic_names
         out: list[ReceivedMessage] = []
         with self._lock:
-            for s, (n, topic, body, due, born, key, tags, props, att, _score) in keep:
-                receipt = b"%d|%s|%d" % (s, n, att)
+            for s, (n, topic, body, due, born, key, tags, props, att, _score, k) in keep:
+                receipt = b"%d|%s|%d:%d" % (s, n, att, k)
                 size = len(body) + (len(props) if props else 0)
                 self._held[receipt] = (deadline, size)
                 self._held_bytes += size
@@ -194,8 +194,8 @@ class RedisConsumer(Consumer):
         return shares
 
     def _parse(self, receipt: bytes) -> tuple[int, bytes, bytes] | None:
-        """``(shard, n, deliveries)`` of a receipt ``b"shard|n|deliveries"``, or ``None``
-        if malformed."""
+        """``(shard, n, b"deliveries:claim")`` of a receipt ``b"shard|n|deliveries:claim"``,
+        or ``None`` if malformed."""
         try:
             shard_b, n, att = receipt.split(b"|")
             shard = int(shard_b)
@@ -277,8 +277,8 @@ class RedisConsumer(Consumer):
     def release(self, message: ReceivedMessage, delay_ms: int = 0) -> bool:
         """See :meth:`broker_adapter.base.Consumer.release`.
 
-        The next delivery reuses the delivery number, so a receipt from before the
-        release is valid again once the message is delivered again.
+        The next delivery has the same delivery count but a new claim number, so a
+        receipt from before the release never settles it.
         """
         check_release_delay(delay_ms)
         self._check()
@@ -292,7 +292,7 @@ class RedisConsumer(Consumer):
         s, n, att, _held = parsed
         b = self._b
         if delay_ms is None:
-            delay_ms = retry_backoff_ms(int(att))
+            delay_ms = retry_backoff_ms(int(att.split(b":", 1)[0]))
         now = b.now_ms()
         args = (b.bases[s], self.group, n, att, now, delay_ms, self.max_attempts,
                 (reason or "")[:4096], 1 if dead else 0, b.wake_channel, s, b.retention_ms,

@@ -109,7 +109,7 @@ for _, g in ipairs(groups) do
     local mk = base .. 'm:' .. n
     local v = redis.call('HMGET', mk, 'G' .. g, 'C' .. g, 't')
     if v[1] and string.sub(v[1], 1, 1) == 'I' then
-      redis.call('HSET', mk, 'G' .. g, 'R' .. string.sub(v[1], 2))
+      redis.call('HSET', mk, 'G' .. g, 'R' .. string.match(v[1], '^I(%d+)'))
       redis.call('ZADD', base .. 'rdy:' .. g, now, n)
       local ct = v[2] or v[3]
       add('i|' .. g .. '|' .. ct, -1); add('r|' .. g .. '|' .. ct, 1)

@@ -21,7 +21,9 @@ shards spread evenly over the masters. Per shard (``B`` = ``<prefix>:{<tag>}:``)
     B m:<n>          hash   a fired or aborted message: t topic, d due, o born, s state
                             (F fired, X aborted), k key, g tags, p props (JSON);
                             per group: G<group> = "<R|I|P|D|X><deliveries>" (ready,
-                            in flight, pending retry, dead, done), C<group> = the topic it
+                            in flight, pending retry, dead, done; I and X add
+                            ":<claim>", the receipt's delivery), K<group> = claims so
+                            far (each delivery's own number), C<group> = the topic it
                             counts under when not ``t`` (retry/DLQ topic), E<group> = last
                             error. Fired and aborted messages expire after ``retention_ms``.
     B k:<topic>\\0<key> string "<n>|<asked due ms>|<due ms>": the key index entry. No TTL

@@ -12,7 +12,7 @@
 --   B.."rdy:<reader>"      zset  + dead letter                           (written)
 --   B.."log:%DLQ%<group>"  zset  + dead letter                           (written)
 --   B.."stat"              hash  i|, p|, f|, r|, d| counters             (written)
--- ARGV: [1] B, [2] group, [3] n, [4] deliveries of the receipt, [5] now ms, [6] delay ms,
+-- ARGV: [1] B, [2] group, [3] n, [4] "<deliveries>:<claim>" of the receipt, [5] now ms, [6] delay ms,
 --       [7] max attempts, [8] reason ("" = none), [9] 1 = dead letter now, [10] wake
 --       channel, [11] shard, [12] retention ms, [13] 1 = a release: this delivery does
 --       not count (stored as one delivery less, never dead-lettered).
@@ -23,6 +23,7 @@ local now = tonumber(ARGV[5])
 local mk = base .. 'm:' .. n
 local v = redis.call('HMGET', mk, 'G' .. g, 'C' .. g, 't')
 if v[1] ~= 'I' .. att then return 0 end
+att = tonumber(string.match(att, '^%d+'))  -- "<deliveries>:<claim>": the count
 local stat = base .. 'stat'
 redis.call('ZREM', base .. 'inf:' .. g, n)
 redis.call('HINCRBY', stat, 'i|' .. g .. '|' .. (v[2] or v[3]), -1)
@@ -30,7 +31,7 @@ redis.call('PEXPIRE', mk, ARGV[12])
 redis.call('PEXPIRE', base .. 'b:' .. n, ARGV[12])
 if ARGV[8] ~= '' then redis.call('HSET', mk, 'E' .. g, ARGV[8]) end
 local released = ARGV[13] == '1'
-if not released and (ARGV[9] == '1' or tonumber(att) >= tonumber(ARGV[7])) then
+if not released and (ARGV[9] == '1' or att >= tonumber(ARGV[7])) then
   local dlq = '%DLQ%' .. g
   redis.call('HSET', mk, 'G' .. g, 'D' .. att)
   redis.call('HINCRBY', stat, 'd|' .. g, 1)
@@ -48,7 +49,7 @@ end
 local rt = '%RETRY%' .. g
 local due = now + tonumber(ARGV[6])
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if released then att = tonumber(att) - 1 end
+if released then att = att - 1 end
 redis.call('HSET', mk, 'G' .. g, 'P' .. att, 'C' .. g, rt)
 redis.call('ZADD', KEYS[1], due, n .. '|' .. g)
 redis.call('HINCRBY', stat, 'p|' .. rt, 1)

@@ -47,7 +47,7 @@ def build_view(msg_id: str, fields: Mapping[bytes, bytes], retry_due: Mapping[st
             if state is None:
                 continue
             groups[name[1:].decode()] = state
-            attempts = max(attempts, int(value[1:] or b"0"))
+            attempts = max(attempts, int(value[1:].split(b":", 1)[0] or b"0"))
         elif name[:1] == b"E" and value:
             error = value.decode(errors="replace")
     raw_state = fields.get(b"s", b"P")

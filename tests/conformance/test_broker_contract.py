@@ -1129,6 +1129,30 @@ def test_release_redelivers_with_the_same_attempts(harness: Harness) -> None:
     assert c.ack(third) is True
 
 
+def test_a_receipt_from_before_a_release_does_not_settle_the_next_delivery(
+    harness: Harness,
+) -> None:
+    # Each delivery has its own receipt, also when a release counted no attempt: a late
+    # ack, nack, extend or release with the old one must not touch the new delivery
+    # (whoever holds it might still fail it, and an ack would lose that retry).
+    c = harness.consumer("g", [T], invisible_ms=5_000)
+    r = harness.broker.send(Message(T, b"x"))
+    old = pull_one(c)
+    assert c.release(old) is True
+    again = pull_one(c)
+    assert (again.msg_id, again.attempts) == (r.msg_id, 1)
+    assert again.receipt != old.receipt
+    assert c.ack(old) is False
+    assert c.nack(old, delay_ms=0) is False
+    assert c.extend(old, 60_000) is False
+    assert c.release(old) is False
+    wait_state(harness, r.msg_id, MessageState.INFLIGHT)
+    harness.advance(5_001)  # the old extend did not stretch the new delivery
+    redelivered = pull_one(c)
+    assert (redelivered.msg_id, redelivered.attempts) == (r.msg_id, 2)
+    assert c.ack(redelivered) is True
+
+
 def test_release_never_dead_letters(harness: Harness) -> None:
     c = harness.consumer("g", [T], max_attempts=1)
     r = harness.broker.send(Message(T, b"x"))
