@@ -205,6 +205,7 @@ def test_the_dispatcher_warms_the_celery_executor_up_before_the_first_job(
         assert isinstance(executor, CeleryExecutor)
         # Then its publisher already holds a producer and its result thread runs ...
         wait_for("the publish session", lambda: executor._session is not None)
+        wait_for("the result thread", lambda: executor.watcher._thread is not None)
         thread = executor.watcher._thread
         assert thread is not None and thread.is_alive() and executor.published == 0
         # ... and the first job goes through that session, once

@@ -121,10 +121,11 @@ class ResultWatcher:
 
     def _start_thread(self) -> None:
         if self._thread is None and not self._stop.is_set():
-            self._thread = threading.Thread(
+            thread = threading.Thread(
                 target=self._loop, name="chronoq-celery-results", daemon=True
             )
-            self._thread.start()
+            thread.start()
+            self._thread = thread
 
     def unwatch(self, task_id: str, fut: Future[Any]) -> None:
         """Stop waiting for ``task_id`` on behalf of ``fut`` (its publish failed)."""
