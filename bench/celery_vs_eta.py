@@ -290,6 +290,7 @@ def run_chronoq(
     sched = Scheduler(f"rocksdb://{workdir / f'chronoq-{n}'}")  # default Settings
     define(sched)
     cpu0 = (worker.cpu_s(), _own_cpu_s(), os.getloadavg()[0])
+    threads_before = _threads_cpu_s()
     celery = celery_app_for(sched, url, worker_hijack_root_logger=False, executor_options=EXEC_OPTS)
     dispatcher = Dispatcher(sched)
     stop = threading.Event()
@@ -304,7 +305,7 @@ def run_chronoq(
             hit.schedule(i, due, delay=max(0.0, due - time.time() * 1000) / 1000)
         sched_s = time.perf_counter() - start
         recs = _collect(url, "chronoq", n, max(dues), patience_s=30)
-        threads = _thread_cpu(n)
+        threads = _thread_cpu(n, threads_before)
         out = _summary("chronoq", n, sched_s, recs, worker, cpu0)
         out["publish_late"] = percentiles(handler.values)
         out["threads"] = threads
@@ -318,18 +319,28 @@ def run_chronoq(
         celery.close()
 
 
-def _thread_cpu(n: int) -> str:
-    """CPU per job of this process's busiest threads (where chronoq's side goes)."""
+def _threads_cpu_s() -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of each thread of this process, by native id."""
     names = {t.native_id: t.name for t in threading.enumerate()}
-    rows = []
+    out: dict[int, tuple[str, float]] = {}
     for task in Path("/proc/self/task").iterdir():
         try:
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            name = names.get(int(task.name)) or (task / "comm").read_text().strip()
         except OSError:
             continue
         cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        name = names.get(int(task.name)) or (task / "comm").read_text().strip()
-        rows.append((cpu_s, name.split(" (")[0]))
+        out[int(task.name)] = (name.split(" (")[0], cpu_s)
+    return out
+
+
+def _thread_cpu(n: int, before: dict[int, tuple[str, float]]) -> str:
+    """CPU per job of this process's busiest threads since ``before`` (where
+    chronoq's side goes)."""
+    rows = [
+        (cpu_s - before.get(tid, (name, 0.0))[1], name)
+        for tid, (name, cpu_s) in _threads_cpu_s().items()
+    ]
     return ", ".join(f"{name} {cpu_s / n * 1e6:.0f} µs" for cpu_s, name in sorted(rows)[::-1][:5])
 
 
