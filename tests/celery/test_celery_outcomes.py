@@ -27,6 +27,14 @@ def _state(chronoq: Chronoq, msg_id: str) -> MessageState | None:
     return None if view is None else view.state
 
 
+def _executor(chronoq: Chronoq) -> CeleryExecutor:
+    """The running dispatcher's Celery executor."""
+    assert chronoq.dispatcher is not None
+    executor = chronoq.dispatcher.executors["celery"]
+    assert isinstance(executor, CeleryExecutor)
+    return executor
+
+
 def _release_slow_jobs(url: str) -> None:
     client = redis.Redis.from_url(url)
     client.set(jobs.RELEASE, 1)
@@ -96,8 +104,7 @@ def test_a_dispatcher_restarted_mid_task_ends_done_exactly_once(
         _release_slow_jobs(redis_url)
         wait_for("DONE", lambda: _state(second, receipt.msg_id) is MessageState.DONE)
         assert [r["task_id"] for r in runs(redis_url, "t.slow")] == [receipt.msg_id]
-        executor = second.dispatcher.executors["celery"]
-        assert isinstance(executor, CeleryExecutor) and executor.published == 0
+        assert _executor(second).published == 0
     finally:
         second.close()
 
@@ -121,8 +128,8 @@ def test_a_task_still_queued_in_celery_is_not_published_again_after_a_restart(
             wait_for("the redelivery awaited", lambda: second.dispatcher is not None
                      and second.dispatcher._awaiting == 1)  # fmt: skip
             # Then it waits for the queued task instead of publishing it again ...
-            executor = second.dispatcher.executors["celery"]
-            assert isinstance(executor, CeleryExecutor) and executor.published == 0
+            executor = _executor(second)
+            assert executor.published == 0
             assert client.llen("celery") == 1  # the one queued publish, no second
             # ... and once a worker runs it, the message is DONE after one run
             worker = CeleryWorker(redis_url).start()
@@ -187,9 +194,7 @@ def test_a_dispatcher_killed_mid_task_ends_done_exactly_once(
         _release_slow_jobs(redis_url)
         wait_for("DONE", lambda: _state(chronoq, msg_id) is MessageState.DONE)
         assert [r["task_id"] for r in runs(redis_url, "t.slow")] == [msg_id]
-        assert chronoq.dispatcher is not None
-        executor = chronoq.dispatcher.executors["celery"]
-        assert isinstance(executor, CeleryExecutor) and executor.published == 0
+        assert _executor(chronoq).published == 0
     finally:
         chronoq.close()
 
@@ -200,9 +205,7 @@ def test_the_dispatcher_warms_the_celery_executor_up_before_the_first_job(
     # Given a dispatcher that has opened, with no job due yet
     chronoq = Chronoq(tmp_path / "data", redis_url).start()
     try:
-        assert chronoq.dispatcher is not None
-        executor = chronoq.dispatcher.executors["celery"]
-        assert isinstance(executor, CeleryExecutor)
+        executor = _executor(chronoq)
         # Then its publisher already holds a producer and its result thread runs ...
         wait_for("the publish session", lambda: executor._session is not None)
         wait_for("the result thread", lambda: executor.watcher._thread is not None)
