@@ -262,6 +262,7 @@ def _summary(
         "worker_cpu": (worker.cpu_s() - cpu0[0]) / n,
         "own_cpu": (_own_cpu_s() - cpu0[1]) / n,
         "load": (cpu0[2], os.getloadavg()[0]),
+        "recs": recs,
     }
 
 
@@ -447,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe", type=int, default=4000, help="capacity probe burst (0: skip)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--linger-ms", type=float, help="CeleryExecutor linger (default: its own)")
+    parser.add_argument("--dump", type=Path, help="write every run as path,n,i,due_ms,start_ms here")
     args = parser.parse_args(argv)
     if args.linger_ms is not None:
         EXEC_OPTS["linger_ms"] = args.linger_ms
@@ -483,6 +485,13 @@ def main(argv: list[str] | None = None) -> int:
             server.wait()
         shutil.rmtree(workdir, ignore_errors=True)
     _print(rows)
+    if args.dump is not None:
+        with args.dump.open("w") as out:
+            for r in rows:
+                for rec in r["recs"]:
+                    path, i, start, due = rec.split(",")
+                    out.write(f"{path},{r['n']},{i},{due},{start}\n")
+        print(f"runs written to {args.dump}")
     return 0
 
 
