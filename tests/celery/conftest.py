@@ -123,6 +123,8 @@ class Chronoq:
     :param url: the Celery broker and result backend.
     :param max_workers: and ``prefetch``: the dispatcher's slots are their sum.
     :param invisible_ms: the dispatcher's invisible time (default: its own).
+    :param publish_script: the executor's ``publish_script`` (``False``: the general
+        publish path, as with a result backend apart from the broker).
     """
 
     def __init__(
@@ -134,13 +136,19 @@ class Chronoq:
         max_workers: int = 4,
         prefetch: int = 64,
         invisible_ms: int | None = None,
+        publish_script: bool = True,
     ) -> None:
         self.invisible_ms = invisible_ms
         self.scheduler = Scheduler(
             f"rocksdb://{data_dir}", max_workers=max_workers, prefetch=prefetch
         )
         jobs.define(self.scheduler)
-        self.celery = celery_app_for(self.scheduler, url, **jobs.celery_conf(visibility_s))
+        self.celery = celery_app_for(
+            self.scheduler,
+            url,
+            executor_options={"publish_script": publish_script},
+            **jobs.celery_conf(visibility_s),
+        )
         self.dispatcher: Dispatcher | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -168,10 +176,17 @@ class Chronoq:
         self.celery.close()
 
 
-@pytest.fixture
-def chronoq(tmp_path: Path, redis_url: str) -> Iterator[Chronoq]:
+#: Runs a test once per publish path of the executor: the one-round-trip script
+#: (broker and result backend are one Redis database here) and the general path.
+BOTH_PUBLISH_PATHS = pytest.mark.parametrize(
+    "publish_script", [True, False], ids=["script-publish", "kombu-publish"]
+)
+
+
+@pytest.fixture(params=[True, False], ids=["script-publish", "kombu-publish"])
+def chronoq(request: pytest.FixtureRequest, tmp_path: Path, redis_url: str) -> Iterator[Chronoq]:
     """A running chronoq dispatcher publishing to the session's Redis."""
-    side = Chronoq(tmp_path / "data", redis_url).start()
+    side = Chronoq(tmp_path / "data", redis_url, publish_script=request.param).start()
     try:
         yield side
     finally:

@@ -1,7 +1,9 @@
 """A chronoq dispatcher in a process of its own, for the test that kills it.
 
-``python -m tests.celery.dispatcher_proc DATA_DIR URL`` schedules one ``t.slow``
-job due now, prints its message id, and publishes due jobs until it is killed.
+``python -m tests.celery.dispatcher_proc DATA_DIR URL [PUBLISH_SCRIPT]`` schedules
+one ``t.slow`` job due now, prints its message id, and publishes due jobs until it
+is killed (``PUBLISH_SCRIPT``: ``True``, the default, or ``False``: the executor's
+``publish_script``).
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from workers import Dispatcher
 from workers.celery_app import celery_app_for
 
 
-def main(data_dir: str, url: str) -> None:
+def main(data_dir: str, url: str, publish_script: bool = True) -> None:
     scheduler = Scheduler(f"rocksdb://{data_dir}", max_workers=4, prefetch=64)
     jobs.define(scheduler)
-    celery_app_for(scheduler, url, **jobs.celery_conf(3600))
+    options = {"publish_script": publish_script}
+    celery_app_for(scheduler, url, executor_options=options, **jobs.celery_conf(3600))
     receipt = scheduler.handle("t.slow").schedule("killed")
     sys.stdout.write(receipt.msg_id + "\n")
     sys.stdout.flush()
@@ -25,4 +28,4 @@ def main(data_dir: str, url: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3:4] != ["False"])

@@ -13,7 +13,7 @@ import redis
 
 from broker_adapter import MessageState
 from tests.celery import jobs
-from tests.celery.conftest import CeleryWorker, Chronoq, runs, wait_for
+from tests.celery.conftest import BOTH_PUBLISH_PATHS, CeleryWorker, Chronoq, runs, wait_for
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.external_service
@@ -24,12 +24,15 @@ def _view_state(chronoq: Chronoq, msg_id: str) -> MessageState | None:
     return None if view is None else view.state
 
 
+@BOTH_PUBLISH_PATHS
 def test_job_due_past_the_visibility_timeout_runs_exactly_once(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, redis_url: str, publish_script: bool
 ) -> None:
     # Given a worker whose Redis transport redelivers anything unacked for 2 s
     worker = CeleryWorker(redis_url, visibility_s=2).start()
-    chronoq = Chronoq(tmp_path / "data", redis_url, visibility_s=2).start()
+    chronoq = Chronoq(
+        tmp_path / "data", redis_url, visibility_s=2, publish_script=publish_script
+    ).start()
     try:
         # When the same delay (3 s > 2 s) goes through chronoq and through Celery's ETA
         receipt = chronoq.handle("t.record").schedule("chronoq", delay=3.0)
@@ -52,13 +55,14 @@ def test_job_due_past_the_visibility_timeout_runs_exactly_once(
         worker.stop()
 
 
+@BOTH_PUBLISH_PATHS
 def test_celery_broker_down_then_back_nothing_lost(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, publish_script: bool
 ) -> None:
     # Given a Celery broker of our own (AOF on) with a worker and a dispatcher
     server = RedisServer(tmp_path / "redis", aof=True).start()
     worker = CeleryWorker(server.url).start()
-    chronoq = Chronoq(tmp_path / "data", server.url).start()
+    chronoq = Chronoq(tmp_path / "data", server.url, publish_script=publish_script).start()
     caplog.set_level(logging.WARNING, logger="chronoq.workers.CeleryExecutor")
     try:
         # When the broker is down at the job's fire time

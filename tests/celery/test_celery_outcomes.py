@@ -16,7 +16,14 @@ import redis
 
 from broker_adapter import MessageState
 from tests.celery import jobs
-from tests.celery.conftest import ROOT, CeleryWorker, Chronoq, runs, wait_for
+from tests.celery.conftest import (
+    BOTH_PUBLISH_PATHS,
+    ROOT,
+    CeleryWorker,
+    Chronoq,
+    runs,
+    wait_for,
+)
 from workers.executors.celery import CeleryExecutor
 
 pytestmark = pytest.mark.external_service
@@ -86,16 +93,17 @@ def test_a_message_stays_invisible_while_its_task_runs_past_the_invisible_time(
         chronoq.close()
 
 
+@BOTH_PUBLISH_PATHS
 def test_a_dispatcher_restarted_mid_task_ends_done_exactly_once(
-    tmp_path: Path, redis_url: str, worker: CeleryWorker
+    tmp_path: Path, redis_url: str, publish_script: bool, worker: CeleryWorker
 ) -> None:
     # Given a slow task running on the worker, published by a first dispatcher
-    first = Chronoq(tmp_path / "data", redis_url).start()
+    first = Chronoq(tmp_path / "data", redis_url, publish_script=publish_script).start()
     receipt = first.handle("t.slow").schedule("r")
     wait_for("the run", lambda: runs(redis_url, "t.slow"))
     # When that dispatcher stops before the outcome (its message is released)
     first.close()
-    second = Chronoq(tmp_path / "data", redis_url).start()
+    second = Chronoq(tmp_path / "data", redis_url, publish_script=publish_script).start()
     try:
         # Then the next dispatcher finds the task SENT and waits instead of publishing
         assert second.dispatcher is not None
@@ -109,11 +117,12 @@ def test_a_dispatcher_restarted_mid_task_ends_done_exactly_once(
         second.close()
 
 
+@BOTH_PUBLISH_PATHS
 def test_a_task_still_queued_in_celery_is_not_published_again_after_a_restart(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, redis_url: str, publish_script: bool
 ) -> None:
     # Given a job published while no Celery worker runs: queued in Celery, not started
-    first = Chronoq(tmp_path / "data", redis_url).start()
+    first = Chronoq(tmp_path / "data", redis_url, publish_script=publish_script).start()
     receipt = first.handle("t.record").schedule("queued")
     client = redis.Redis.from_url(redis_url)
     try:
@@ -121,7 +130,7 @@ def test_a_task_still_queued_in_celery_is_not_published_again_after_a_restart(
             f"celery-task-meta-{receipt.msg_id}") or b""))  # fmt: skip
         # When that dispatcher stops before the outcome and another one takes over
         first.close()
-        second = Chronoq(tmp_path / "data", redis_url).start()
+        second = Chronoq(tmp_path / "data", redis_url, publish_script=publish_script).start()
         worker = None
         try:
             assert second.dispatcher is not None
@@ -167,14 +176,16 @@ def test_sent_never_hides_a_state_the_worker_already_wrote(tmp_path: Path, redis
         chronoq.close()
 
 
+@BOTH_PUBLISH_PATHS
 def test_a_dispatcher_killed_mid_task_ends_done_exactly_once(
-    tmp_path: Path, redis_url: str, worker: CeleryWorker
+    tmp_path: Path, redis_url: str, publish_script: bool, worker: CeleryWorker
 ) -> None:
     # Given a dispatcher process (embedded broker in it) whose slow task runs on the worker
     data = tmp_path / "data"
     env = dict(os.environ, CHRONOQ_CELERY_BROKER_URL=redis_url, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.celery.dispatcher_proc", str(data), redis_url],
+        [sys.executable, "-m", "tests.celery.dispatcher_proc", str(data), redis_url,
+         str(publish_script)],
         cwd=str(ROOT), env=env, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -187,7 +198,7 @@ def test_a_dispatcher_killed_mid_task_ends_done_exactly_once(
         proc.wait(10)
         if proc.stdout is not None:
             proc.stdout.close()
-    chronoq = Chronoq(data, redis_url).start()
+    chronoq = Chronoq(data, redis_url, publish_script=publish_script).start()
     try:
         # Then a new dispatcher on the same data re-reads the message, finds the task
         # running under the same id, waits for it, and settles the message DONE once
@@ -199,22 +210,28 @@ def test_a_dispatcher_killed_mid_task_ends_done_exactly_once(
         chronoq.close()
 
 
+@BOTH_PUBLISH_PATHS
 def test_the_dispatcher_warms_the_celery_executor_up_before_the_first_job(
-    tmp_path: Path, redis_url: str, worker: CeleryWorker
+    tmp_path: Path, redis_url: str, publish_script: bool, worker: CeleryWorker
 ) -> None:
     # Given a dispatcher that has opened, with no job due yet
-    chronoq = Chronoq(tmp_path / "data", redis_url).start()
+    chronoq = Chronoq(tmp_path / "data", redis_url, publish_script=publish_script).start()
     try:
         executor = _executor(chronoq)
-        # Then its publisher already holds a producer and its result thread runs ...
-        wait_for("the publish session", lambda: executor._session is not None)
+
+        # Then its publisher already holds a producer (the script's or kombu's batch's) ...
+        def publisher() -> object:
+            return executor._atomic if publish_script else executor._session
+
+        opened = wait_for("the publisher warm", publisher)
+        # ... and its result thread runs ...
         wait_for("the result thread", lambda: executor.watcher._thread is not None)
         thread = executor.watcher._thread
         assert thread is not None and thread.is_alive() and executor.published == 0
-        # ... and the first job goes through that session, once
+        # ... and the first job goes through that publisher, once
         receipt = chronoq.handle("t.record").schedule("first")
         wait_for("DONE", lambda: _state(chronoq, receipt.msg_id) is MessageState.DONE)
-        assert executor.published == 1
+        assert executor.published == 1 and publisher() is opened
         assert [r["task_id"] for r in runs(redis_url, "t.record")] == [receipt.msg_id]
     finally:
         chronoq.close()

@@ -89,6 +89,7 @@ from scheduler.jobcall import JobCall
 from scheduler.spec import JobSpec
 from workers.context import JobContext, find_current_job
 from workers.executors.base import Handoff, JobNotStarted
+from workers.executors.celery_atomic import PUBLISHED, AtomicPublisher, NotScriptable
 from workers.executors.celery_publish import (
     RUN_TASK,
     TASK_JOB_PREFIX,
@@ -97,7 +98,12 @@ from workers.executors.celery_publish import (
     task_id_for,
     task_message,
 )
-from workers.executors.celery_results import READY_STATES, ResultWatcher, close_thread_backend
+from workers.executors.celery_results import (
+    READY_STATES,
+    CeleryTaskFailed,
+    ResultWatcher,
+    close_thread_backend,
+)
 
 #: Most publishes sent in one pipeline round trip.
 DEFAULT_BATCH = 500
@@ -142,6 +148,10 @@ class CeleryExecutor:
     :param linger_ms: how long a batch of streaming jobs waits for more after its
         first (0: never).
     :param sweep_s: seconds between result-backend sweeps (see :class:`ResultWatcher`).
+    :param publish_script: with ``track_results``, when Celery's broker and result
+        backend are one Redis database, publish each batch and store its ``SENT``
+        states with one atomic script (see :mod:`workers.executors.celery_atomic`);
+        ``False``: always the general path.
     :raises ValueError: with ``track_results`` and a Celery app without a result backend.
     """
 
@@ -153,6 +163,7 @@ class CeleryExecutor:
         batch_size: int = DEFAULT_BATCH,
         linger_ms: float = DEFAULT_LINGER_MS,
         sweep_s: float = 0.5,
+        publish_script: bool = True,
     ) -> None:
         if track_results and not celery_app.conf.result_backend:
             raise ValueError(
@@ -176,6 +187,10 @@ class CeleryExecutor:
         self._session: PublishSession | None = None
         #: Queue names declared on the publisher's connection (see :func:`publish`).
         self._declared: set[str] = set()
+        #: The one-round-trip path (see :mod:`workers.executors.celery_atomic`), opened
+        #: by the publisher thread; ``_atomic_off`` once it does not apply to this app.
+        self._atomic: AtomicPublisher | None = None
+        self._atomic_off = not (track_results and publish_script)
         #: Tasks published so far (tests and ``stats``-style logging).
         self.published = 0
 
@@ -246,14 +261,21 @@ class CeleryExecutor:
             if self._session is not None:
                 self._session.close()
                 self._session = None
+            if self._atomic is not None:
+                self._atomic.close()
+                self._atomic = None
             close_thread_backend(self.celery_app)
 
     def _warm(self) -> None:
         app = self.celery_app
         try:
             _ = app.tasks  # finalizes the app: imports and binds its tasks once
-            self._session = PublishSession(app, 2 * self.batch_size)
             queue = app.amqp.default_queue
+            if self._open_atomic() is not None:
+                assert self._atomic is not None
+                self._atomic.declare(queue)
+                return
+            self._session = PublishSession(app, 2 * self.batch_size)
             self._session.producer.maybe_declare(queue)
             self._declared.add(queue.name)
             client = getattr(self._session.producer.channel, "client", None)
@@ -313,10 +335,34 @@ class CeleryExecutor:
             if left is not None:
                 left.fut.cancel()
 
+    def _open_atomic(self) -> AtomicPublisher | None:
+        """The one-round-trip publisher, opened on first use; ``None`` (for good) when
+        it does not apply to this app. Raises when the broker cannot be reached."""
+        if self._atomic is None and not self._atomic_off:
+            self._atomic = AtomicPublisher.open(self.celery_app)
+            self._atomic_off = self._atomic is None
+            if self._atomic_off:
+                _log.debug("celery publisher: broker and result backend differ; general path")
+        return self._atomic
+
     def _publish(self, batch: list[_Publish]) -> None:
         live = [p for p in batch if p.fut.set_running_or_notify_cancel()]
         if not live:
             return
+        if not self._atomic_off:
+            try:
+                atomic = self._open_atomic()
+            except Exception as e:  # noqa: BLE001 - the broker is unreachable: chronoq retries
+                self._failed(live, e)
+                return
+            if atomic is not None:
+                try:
+                    self._publish_atomic(atomic, live)
+                    return
+                except NotScriptable as e:
+                    _log.info("celery publisher: %s; publishing through kombu from now on", e)
+                    atomic.close()
+                    self._atomic, self._atomic_off = None, True
         if self.track_results:
             live = self._skip_known(live)
             for p in live:  # before the publish: a fast outcome must not be missed
@@ -349,6 +395,50 @@ class CeleryExecutor:
         for p in live:
             p.fut.set_result(None if p.outcome is None else Handoff(p.outcome))
 
+    def _publish_atomic(self, atomic: AtomicPublisher, live: list[_Publish]) -> None:
+        """Publish ``live`` with one script (see :mod:`workers.executors.celery_atomic`).
+
+        :raises NotScriptable: before anything was sent, for a batch this path cannot carry.
+        """
+        for p in live:  # before the publish: a fast outcome must not be missed
+            assert p.outcome is not None
+            self.watcher.watch(p.task_id, p.outcome)
+        try:
+            for p in live:
+                atomic.add(p.name, p.args, p.kwargs, p.task_id, p.options)
+            replies = atomic.flush()
+        except NotScriptable:
+            atomic.discard()
+            for p in live:
+                assert p.outcome is not None
+                self.watcher.unwatch(p.task_id, p.outcome)
+            raise
+        except Exception as e:  # noqa: BLE001 - the broker refused: chronoq retries
+            atomic.close()
+            self._atomic = None  # a new connection (maybe a new broker) next time
+            self._failed(live, e)
+            return
+        for p in live:
+            reply = replies[p.task_id]
+            assert p.outcome is not None
+            if isinstance(reply, int):
+                if reply != PUBLISHED and p.outcome.done():
+                    # Published over a FAILURE a sweep may have read in the meantime:
+                    # that outcome was the previous run's; wait for this one's.
+                    p.outcome = Future()
+                    self.watcher.watch(p.task_id, p.outcome)
+                if p.job is not None:
+                    p.job.mark_started()
+                self.published += 1
+                p.fut.set_result(Handoff(p.outcome))
+            else:
+                self.watcher.unwatch(p.task_id, p.outcome)
+                if self._known(p, reply):  # a stored state the script could not read
+                    p.outcome.set_exception(CeleryTaskFailed(
+                        p.task_id, "UNREADABLE", "not published over a result-backend "
+                        "entry chronoq cannot read; retried after the backoff"))  # fmt: skip
+                    p.fut.set_result(Handoff(p.outcome))
+
     def _mark_sent(self) -> None:
         """Store ``SENT`` for the tasks published and not marked yet (see the module
         docstring); a failure is logged, not retried: those tasks were published all
@@ -379,24 +469,28 @@ class CeleryExecutor:
         except Exception as e:  # noqa: BLE001 - backend down: do not publish blindly
             self._failed(live, e, what="result backend")
             return []
-        keep: list[_Publish] = []
-        for p in live:
-            meta = metas.get(p.task_id)
-            state = None if meta is None else meta.get("status")
-            if state is None or state == "PENDING":
-                keep.append(p)
-            elif state == "SUCCESS":
-                _log.info("celery task %s already succeeded; not published again", p.task_id)
-                p.fut.set_result(meta.get("result") if meta else None)
-            elif state in READY_STATES:  # FAILURE/REVOKED: this delivery is chronoq's retry
-                self.watcher.forget(p.task_id)
-                keep.append(p)
-            else:  # STARTED, RETRY, RECEIVED: it runs; wait for it instead of a second run
-                _log.info("celery task %s is %s; waiting for it, not publishing", p.task_id, state)
-                assert p.outcome is not None
-                self.watcher.watch(p.task_id, p.outcome)
-                p.fut.set_result(Handoff(p.outcome))
-        return keep
+        return [p for p in live if self._known(p, metas.get(p.task_id))]
+
+    def _known(self, p: _Publish, meta: dict[str, Any] | None) -> bool:
+        """Act on what the result backend has for ``p``'s task: ``True`` when it is
+        to be published (nothing, ``PENDING``, or a ``FAILURE``/``REVOKED`` this
+        delivery retries); else ``p``'s future is completed here."""
+        state = None if meta is None else meta.get("status")
+        if state is None or state == "PENDING":
+            return True
+        if state == "SUCCESS":
+            _log.info("celery task %s already succeeded; not published again", p.task_id)
+            p.fut.set_result(meta.get("result") if meta else None)
+            return False
+        if state in READY_STATES:  # FAILURE/REVOKED: this delivery is chronoq's retry
+            self.watcher.forget(p.task_id)
+            return True
+        # SENT, STARTED, RETRY, RECEIVED: Celery has it; wait for it instead of a second run
+        _log.info("celery task %s is %s; waiting for it, not publishing", p.task_id, state)
+        assert p.outcome is not None
+        self.watcher.watch(p.task_id, p.outcome)
+        p.fut.set_result(Handoff(p.outcome))
+        return False
 
     def _failed(self, runs: list[_Publish], exc: BaseException, what: str = "broker") -> None:
         where = _broker_url(self.celery_app) if what == "broker" else ""

@@ -121,9 +121,7 @@ class ResultWatcher:
 
     def _start_thread(self) -> None:
         if self._thread is None and not self._stop.is_set():
-            thread = threading.Thread(
-                target=self._loop, name="chronoq-celery-results", daemon=True
-            )
+            thread = threading.Thread(target=self._loop, name="chronoq-celery-results", daemon=True)
             thread.start()
             self._thread = thread
 
@@ -184,11 +182,8 @@ class ResultWatcher:
         px = int(float(expires) * 1000) if expires else None
         pipe = client.pipeline(transaction=False)
         for task_id in task_ids:
-            meta: dict[str, Any] = {
-                "status": SENT_STATE, "result": None, "traceback": None,
-                "children": [], "date_done": None, "task_id": task_id,
-            }  # fmt: skip
-            pipe.set(backend.get_key_for_task(task_id), backend.encode(meta), nx=True, px=px)
+            meta = backend.encode(sent_meta(task_id))
+            pipe.set(backend.get_key_for_task(task_id), meta, nx=True, px=px)
         return pipe
 
     def forget(self, task_id: str) -> None:
@@ -310,6 +305,15 @@ class ResultWatcher:
             self._resolve(task_id, meta)
 
 
+def sent_meta(task_id: str) -> dict[str, Any]:
+    """The meta chronoq stores as :data:`SENT_STATE` for ``task_id`` (Celery's meta
+    fields, in Celery's order: ``status`` first)."""
+    return {
+        "status": SENT_STATE, "result": None, "traceback": None,
+        "children": [], "date_done": None, "task_id": task_id,
+    }  # fmt: skip
+
+
 def close_thread_backend(celery_app: Any) -> None:
     """Disconnect this thread's own result-backend connections (Celery keeps one
     backend per thread unless it is thread-safe), so none is left to the GC."""
@@ -372,4 +376,5 @@ __all__ = [
     "ResultWatcher",
     "close_thread_backend",
     "outcome_error",
+    "sent_meta",
 ]
