@@ -23,8 +23,8 @@ redelivery check uses its own ``SENT`` state).
 Printed per path: schedule throughput (one call per job), lateness at task
 start (start in the worker minus the asked-for due time) P50/P99/P99.9/max,
 the workers' own peak RSS (``VmHWM`` of the worker processes and their pool
-children), lost and duplicated runs (every run pushes its job number to a
-Redis list), CPU seconds per job of the worker and of the scheduling process
+children), lost and duplicated runs (every run appends its job number to a
+file of its worker process), CPU seconds per job of the worker and of the scheduling process
 (for chronoq: scheduling, firing, publishing and outcome tracking), and the
 load average; then the ratios chronoq / Celery ETA. For chronoq also the
 fire-to-publish lateness inside chronoq (the ``late=`` of the dispatcher's job
@@ -64,20 +64,23 @@ from workers.celery_app import celery_app_for
 for _name in ("celery.app.trace", "celery.worker.strategy"):
     logging.getLogger(_name).setLevel(logging.WARNING)
 
-RUNS = "bench:runs"
 URL_ENV = "BENCH_CELERY_URL"
+#: Where each worker process appends its runs (one file per process).
+RUNS_ENV = "BENCH_RUNS_DIR"
 EXEC_OPTS: dict[str, Any] = {}
-_clients: dict[str, redis.Redis] = {}
+_runs_file: list[Any] = []
 
 
 def _hit(path: str, i: int, due_ms: float) -> None:
-    """The task body of both paths: record ``path,i,start_ms,due_ms``."""
+    """The task body of both paths: append ``path,i,start_ms,due_ms`` to this
+    process's runs file (one small ``O_APPEND`` write: a Redis round trip per task
+    cost the worker about a tenth of its CPU, and the measurement should not load
+    what it measures)."""
     start = time.time() * 1000
-    url = os.environ[URL_ENV]
-    client = _clients.get(url)
-    if client is None:
-        client = _clients[url] = redis.Redis.from_url(url)
-    client.rpush(RUNS, f"{path},{i},{start:.3f},{due_ms:.3f}")
+    if not _runs_file:
+        runs_dir = Path(os.environ[RUNS_ENV])
+        _runs_file.append((runs_dir / f"runs-{os.getpid()}.csv").open("a", buffering=1))
+    _runs_file[0].write(f"{path},{i},{start:.3f},{due_ms:.3f}\n")
 
 
 def define(scheduler: Scheduler) -> None:
@@ -138,7 +141,10 @@ class Worker:
     def __init__(
         self, url: str, concurrency: int, pool: str = "prefork", processes: int = 1
     ) -> None:
-        env = dict(os.environ, **{URL_ENV: url, "PYTHONPATH": str(ROOT)})
+        self.runs_dir = Path(tempfile.mkdtemp(prefix="runs-"))
+        env = dict(
+            os.environ, **{URL_ENV: url, RUNS_ENV: str(self.runs_dir), "PYTHONPATH": str(ROOT)}
+        )
         self.procs: list[subprocess.Popen[str]] = []
         self.tail: list[str] = []
         readies: list[threading.Event] = []
@@ -193,6 +199,14 @@ class Worker:
             total += int(fields[11]) + int(fields[12])
         return total / os.sysconf("SC_CLK_TCK")
 
+    def runs(self) -> list[str]:
+        """The complete run lines the worker processes appended so far."""
+        out: list[str] = []
+        for f in self.runs_dir.glob("runs-*.csv"):
+            text = f.read_text()
+            out += text[: text.rfind("\n") + 1].splitlines()
+        return out
+
     def stop(self) -> None:
         for proc in self.procs:
             proc.terminate()
@@ -202,6 +216,7 @@ class Worker:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        shutil.rmtree(self.runs_dir, ignore_errors=True)
 
 
 def _dues(n: int, t0_ms: float, seed: int) -> list[float]:
@@ -209,12 +224,11 @@ def _dues(n: int, t0_ms: float, seed: int) -> list[float]:
     return [t0_ms + 5000 + rnd.random() * 30000 for _ in range(n)]
 
 
-def _collect(url: str, path: str, n: int, last_due_ms: float, patience_s: float) -> list[str]:
+def _collect(worker: Worker, path: str, n: int, last_due_ms: float, patience_s: float) -> list[str]:
     """Wait for all ``n`` runs (or ``patience_s`` after the last due time with no progress)."""
-    client = redis.Redis.from_url(url)
     seen, stall_since = -1, time.monotonic()
     while True:
-        count = client.llen(RUNS)
+        count = len(worker.runs())
         now = time.monotonic()
         if count != seen:
             seen, stall_since = count, now
@@ -225,10 +239,7 @@ def _collect(url: str, path: str, n: int, last_due_ms: float, patience_s: float)
         if past_due and now - stall_since > patience_s:
             break
         time.sleep(0.25)
-    raw = [r.decode() if isinstance(r, bytes) else str(r) for r in client.lrange(RUNS, 0, -1)]
-    client.delete(RUNS)
-    client.close()
-    return [r for r in raw if r.startswith(path + ",")]
+    return [r for r in worker.runs() if r.startswith(path + ",")]
 
 
 def _own_cpu_s() -> float:
@@ -305,7 +316,7 @@ def run_chronoq(
         for i, due in enumerate(dues):
             hit.schedule(i, due, delay=max(0.0, due - time.time() * 1000) / 1000)
         sched_s = time.perf_counter() - start
-        recs = _collect(url, "chronoq", n, max(dues), patience_s=30)
+        recs = _collect(worker, "chronoq", n, max(dues), patience_s=30)
         threads = _thread_cpu(n, threads_before)
         out = _summary("chronoq", n, sched_s, recs, worker, cpu0)
         out["publish_late"] = percentiles(handler.values)
@@ -363,7 +374,7 @@ def run_eta(
         for i, due in enumerate(dues):
             task.apply_async((i, due), countdown=max(0.0, due - time.time() * 1000) / 1000)
         sched_s = time.perf_counter() - start
-        recs = _collect(url, "eta", n, max(dues), patience_s=60)
+        recs = _collect(worker, "eta", n, max(dues), patience_s=60)
         return _summary("celery-eta", n, sched_s, recs, worker, cpu0)
     finally:
         worker.stop()
@@ -376,19 +387,16 @@ def probe_capacity(url: str, n: int, concurrency: int, pool: str, processes: int
 
     worker = Worker(url, concurrency, pool, processes)
     celery = celery_app_for(Scheduler("rocksdb://./unused"), url)
-    client = redis.Redis.from_url(url)
     try:
         start = time.perf_counter()
         with celery.producer_or_acquire() as producer, producer.batch(max_size=1000):
             for i in range(n):
                 args = ["bench.hit", [i, time.time() * 1000], {}]
                 publish(celery, producer, RUN_TASK, args, {}, f"probe-{i}", {})
-        while client.llen(RUNS) < n:
+        while len(worker.runs()) < n:
             time.sleep(0.02)
         return n / (time.perf_counter() - start)
     finally:
-        client.delete(RUNS)
-        client.close()
         worker.stop()
         celery.close()
 
@@ -448,7 +456,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe", type=int, default=4000, help="capacity probe burst (0: skip)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--linger-ms", type=float, help="CeleryExecutor linger (default: its own)")
-    parser.add_argument("--dump", type=Path, help="write every run as path,n,i,due_ms,start_ms here")
+    parser.add_argument(
+        "--dump", type=Path, help="write every run as path,n,i,due_ms,start_ms here"
+    )
     args = parser.parse_args(argv)
     if args.linger_ms is not None:
         EXEC_OPTS["linger_ms"] = args.linger_ms
