@@ -14,17 +14,24 @@ Jobs scheduled with :func:`workers.celery_app.schedule_task` publish the user's
 own task instead: ``send_task(task.name, args, kwargs, task_id=msg_id)``.
 
 **Idempotency.** The Celery task id *is* the chronoq message id. Before each
-publish the executor looks the id up in the result backend (one ``MGET`` per
-publish batch; with ``track_results``), so a redelivered message (invisible time
-passed, dispatcher or broker crash: a message re-read after a crash comes with
-``attempts`` 1 again) never starts a second run: a task already ``SUCCESS`` is
-not published again (the message is just acked); one ``SENT`` (queued in Celery:
-chronoq stores that state right after Celery's broker accepted the publish, see
+publish the executor looks the id up in the result backend (with
+``track_results``), so a redelivered message (invisible time passed, dispatcher
+or broker crash: a message re-read after a crash comes with ``attempts`` 1
+again) never starts a second run: a task already ``SUCCESS`` is not published
+again (the message is just acked); one ``SENT`` (queued in Celery: chronoq
+stores that state as Celery's broker accepts the publish, see
 :mod:`workers.executors.celery_results`), ``STARTED`` or ``RETRY`` is waited
-for, not published; one that ``FAILURE``-d is forgotten and published again
-(that is chronoq's retry). ``SENT`` makes this hold without
-``task_track_started`` (which costs the worker two result-backend round trips
-per task).
+for, not published; one that ``FAILURE``-d is published again over it (that is
+chronoq's retry). ``SENT`` makes this hold without ``task_track_started``
+(which costs the worker two result-backend round trips per task).
+
+**Two publish paths.** When Celery's broker and result backend are one Redis
+database (what :func:`~workers.celery_app.celery_app_for` sets up), a batch is
+looked up, pushed and marked ``SENT`` by one atomic Lua script, in one round
+trip (:mod:`workers.executors.celery_atomic`). Otherwise (another backend or
+broker, a route through a named exchange, or ``publish_script=False``) the
+general path takes three steps: one ``MGET`` per batch, kombu's publish batch,
+then the ``SENT`` writes.
 
 **Outcome path: the slot is freed at publish, the message waits for the outcome.**
 The future :meth:`CeleryExecutor.submit` returns completes as soon as the Celery
@@ -45,11 +52,13 @@ and comes back after its invisible time (60 s unless a job ``timeout`` raises
 it), to this dispatcher or another; the redelivery looks the task id up (above)
 and acks a ``SUCCESS`` without publishing, waits for a ``SENT`` or ``STARTED``
 task, and retries a ``FAILURE``. The gaps, where a redelivery publishes a second
-time under the same id: a dispatcher that dies between Celery's accepting a
-publish and the ``SENT`` write (which goes with the next batch's lookup, or
-alone as soon as the publisher is idle: milliseconds), a ``SENT`` write that
-failed (logged), and result backends other than Redis (no ``SENT``: only
-``task_track_started`` tells a queued task from an unknown one there).
+time under the same id, are the general path's: a dispatcher that dies between
+Celery's accepting a publish and the ``SENT`` write (which goes with the next
+batch's lookup, or alone as soon as the publisher is idle: milliseconds), a
+``SENT`` write that failed (logged), and result backends other than Redis (no
+``SENT``: only ``task_track_started`` tells a queued task from an unknown one
+there). The script path has none: a message is pushed only together with its
+``SENT``.
 
 **Who retries: chronoq.** A failed task is retried by the dispatcher's nack with
 the job's :class:`~scheduler.spec.RetryPolicy` (``retry_on``, backoff,
