@@ -215,7 +215,11 @@ class ConsumerThread(threading.Thread):
     """
 
     def __init__(
-        self, consumer: Consumer, stop: threading.Event, pull_max: int, wait_ms: int,
+        self,
+        consumer: Consumer,
+        stop: threading.Event,
+        pull_max: int,
+        wait_ms: int,
         ack_each: bool = False,
     ) -> None:
         super().__init__(name=f"bench-consumer-{consumer.group}", daemon=True)

@@ -81,8 +81,7 @@ def flush(nodes: Sequence[tuple[str, int]]) -> None:
 def send_threads(n: int, producers: int, send: Callable[[int, int], None]) -> float:
     """Run ``send(start, stop)`` over ``producers`` threads; returns msgs/s."""
     step = -(-n // producers)
-    threads = [threading.Thread(target=send, args=(i, min(i + step, n)))
-               for i in range(0, n, step)]
+    threads = [threading.Thread(target=send, args=(i, min(i + step, n))) for i in range(0, n, step)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -98,8 +97,9 @@ def plan(args: argparse.Namespace) -> list[int]:
     return [start + rng.randrange(lo, hi) for _ in range(args.n)]
 
 
-def run_chronoq(args: argparse.Namespace, url: str, nodes: Sequence[tuple[str, int]]
-                ) -> dict[str, Any]:
+def run_chronoq(
+    args: argparse.Namespace, url: str, nodes: Sequence[tuple[str, int]]
+) -> dict[str, Any]:
     flush(nodes)
     broker = RedisBroker.from_url(url)
     consumer = broker.consumer("bench", ["bench"], max_inflight=10_000)
@@ -122,8 +122,9 @@ def run_chronoq(args: argparse.Namespace, url: str, nodes: Sequence[tuple[str, i
 
     def send(lo: int, hi: int) -> None:
         for i in range(lo, hi, args.batch):
-            broker.send_batch([Message("bench", body, deliver_at_ms=d)
-                               for d in dues[i:min(i + args.batch, hi)]])
+            broker.send_batch(
+                [Message("bench", body, deliver_at_ms=d) for d in dues[i : min(i + args.batch, hi)]]
+            )
 
     rate = send_threads(args.n, args.producers, send)
     mem1 = used_memory(nodes)
@@ -134,8 +135,13 @@ def run_chronoq(args: argparse.Namespace, url: str, nodes: Sequence[tuple[str, i
     stop.set()
     worker.join(5)
     broker.close()
-    return {"send": rate, "mem": (mem1 - mem0) / args.n, "lat": percentiles(lateness),
-            "got": len(lateness), "spread": spread}
+    return {
+        "send": rate,
+        "mem": (mem1 - mem0) / args.n,
+        "lat": percentiles(lateness),
+        "got": len(lateness),
+        "spread": spread,
+    }
 
 
 def pending_spread(nodes: Sequence[tuple[str, int]]) -> list[int]:
@@ -173,8 +179,10 @@ def run_zset(args: argparse.Namespace, nodes: Sequence[tuple[str, int]]) -> dict
 
     def send(lo: int, hi: int) -> None:
         for i in range(lo, hi, args.batch):
-            client.zadd("zset:due", {b"%d:%s" % (j, body): dues[j]
-                                     for j in range(i, min(i + args.batch, hi))})
+            client.zadd(
+                "zset:due",
+                {b"%d:%s" % (j, body): dues[j] for j in range(i, min(i + args.batch, hi))},
+            )
 
     rate = send_threads(args.n, args.producers, send)
     mem1 = used_memory(nodes)
@@ -184,18 +192,33 @@ def run_zset(args: argparse.Namespace, nodes: Sequence[tuple[str, int]]) -> dict
     stop.set()
     worker.join(5)
     client.close()
-    return {"send": rate, "mem": (mem1 - mem0) / args.n, "lat": percentiles(lateness),
-            "got": len(lateness), "spread": []}
+    return {
+        "send": rate,
+        "mem": (mem1 - mem0) / args.n,
+        "lat": percentiles(lateness),
+        "got": len(lateness),
+        "spread": [],
+    }
 
 
 def report(name: str, url: str, fig: dict[str, Any], args: argparse.Namespace) -> None:
-    rows = [("redis", url), ("messages", (f"{num(args.n)} due {args.due_from}-{args.due_to} s, "
-                                         f"~{num(args.n / (args.due_to - args.due_from))} fires/s")),
-            ("send batched", (f"{num(fig['send'])} msgs/s (batch {args.batch}, "
-                             f"{args.producers} threads)")),
-            ("lateness ms", format_percentiles(fig["lat"])),
-            ("received", f"{num(fig['got'])} of {num(args.n)}"),
-            ("Redis memory", f"{fig['mem']:.0f} B per pending message")]
+    rows = [
+        ("redis", url),
+        (
+            "messages",
+            (
+                f"{num(args.n)} due {args.due_from}-{args.due_to} s, "
+                f"~{num(args.n / (args.due_to - args.due_from))} fires/s"
+            ),
+        ),
+        (
+            "send batched",
+            (f"{num(fig['send'])} msgs/s (batch {args.batch}, {args.producers} threads)"),
+        ),
+        ("lateness ms", format_percentiles(fig["lat"])),
+        ("received", f"{num(fig['got'])} of {num(args.n)}"),
+        ("Redis memory", f"{fig['mem']:.0f} B per pending message"),
+    ]
     if fig["spread"]:
         s = fig["spread"]
         rows.append(("pending/master", f"{s}  largest/smallest {max(s) / max(min(s), 1):.3f}"))

@@ -40,8 +40,14 @@ from broker_adapter.base import Consumer
 from broker_adapter.results import ReceivedMessage
 
 
-def consume(c: Consumer, stop: threading.Event, pull_max: int, inline: bool,
-            lateness: list[float], ids: set[str]) -> None:
+def consume(
+    c: Consumer,
+    stop: threading.Event,
+    pull_max: int,
+    inline: bool,
+    lateness: list[float],
+    ids: set[str],
+) -> None:
     """Pull until ``stop``; record lateness and ids; ack inline or on a helper thread."""
     acks: queue.Queue[list[ReceivedMessage] | None] = queue.Queue()
 
@@ -91,8 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             lateness: list[float] = []
             got: set[str] = set()
             stop = threading.Event()
-            t = threading.Thread(target=consume, args=(c, stop, args.pull_max,
-                                                       args.inline_acks, lateness, got))
+            t = threading.Thread(
+                target=consume, args=(c, stop, args.pull_max, args.inline_acks, lateness, got)
+            )
             t.start()
             start = int(time.time() * 1000) + int(args.lead * 1000)
             span = int(args.seconds * 1000)
@@ -100,8 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             body = b"x" * args.body_size
             sent: set[str] = set()
             for i in range(0, n, 1000):
-                msgs = [Message(topic, body, deliver_at_ms=start + int(rand() * span))
-                        for _ in range(min(1000, n - i))]
+                msgs = [
+                    Message(topic, body, deliver_at_ms=start + int(rand() * span))
+                    for _ in range(min(1000, n - i))
+                ]
                 sent.update(r.msg_id for r in broker.send_batch(msgs))
             sent_by = int(time.time() * 1000)
             deadline = time.monotonic() + args.lead + args.seconds + 15
@@ -112,9 +121,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             c.close()
         pct = percentiles(lateness)
         print(f"== chronoq remote_lateness: {url} ==")
-        print(f"  messages      {n:,} due uniformly over {args.seconds:g} s "
-              f"({args.rate:,}/s), sends done {start - sent_by} ms before the first")
-        print(f"  acks          {'inline on the pulling thread' if args.inline_acks else 'on a helper thread'}")
+        print(
+            f"  messages      {n:,} due uniformly over {args.seconds:g} s "
+            f"({args.rate:,}/s), sends done {start - sent_by} ms before the first"
+        )
+        print(
+            f"  acks          {'inline on the pulling thread' if args.inline_acks else 'on a helper thread'}"
+        )
         print(f"  lateness ms   {format_percentiles(pct)}")
         print(f"  lost          {len(sent - got)} of {len(sent):,}")
         return 1 if sent - got else 0

@@ -40,8 +40,11 @@ DAY_MS = 24 * 3600 * 1000
 
 def start_server(data_dir: str) -> tuple[subprocess.Popen[str], str]:
     """A server child on a free port; it and its URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "broker_adapter.server", "--data-dir",
-                             data_dir, "--port", "0"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker_adapter.server", "--data-dir", data_dir, "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("chronoq broker listening on"):
@@ -69,8 +72,9 @@ def timed(threads: int, work: Callable[[int], None]) -> float:
     return time.perf_counter() - t0
 
 
-def bench(broker: BrokerAdapter, n_single: int, n_batched: int, threads: int, batch: int,
-          body: bytes) -> tuple[float, float]:
+def bench(
+    broker: BrokerAdapter, n_single: int, n_batched: int, threads: int, batch: int, body: bytes
+) -> tuple[float, float]:
     """``(single sends/s, batched sends/s)``."""
     due = int(time.time() * 1000) + DAY_MS
     per = n_single // threads
@@ -85,8 +89,9 @@ def bench(broker: BrokerAdapter, n_single: int, n_batched: int, threads: int, ba
 
     def batched(i: int) -> None:
         for _ in range(rounds):
-            broker.send_batch([Message("bench.remote.batch", body, deliver_at_ms=due)
-                               for _ in range(batch)])
+            broker.send_batch(
+                [Message("bench.remote.batch", body, deliver_at_ms=due) for _ in range(batch)]
+            )
 
     batch_rate = rounds * batch * threads / timed(threads, batched)
     return single_rate, batch_rate
@@ -95,8 +100,13 @@ def bench(broker: BrokerAdapter, n_single: int, n_batched: int, threads: int, ba
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--broker", help="chronoq:// URL (default: start a server)")
-    p.add_argument("-p", "--producers", type=int, action="append",
-                   help="producer threads (repeatable; default 1 and 2)")
+    p.add_argument(
+        "-p",
+        "--producers",
+        type=int,
+        action="append",
+        help="producer threads (repeatable; default 1 and 2)",
+    )
     p.add_argument("--single", type=int, default=20_000, help="single sends per run")
     p.add_argument("--batched", type=int, default=300_000, help="batched sends per run")
     p.add_argument("--batch", type=int, default=1_000, help="send_batch size")
@@ -114,10 +124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             body = b"x" * args.body_size
             print(f"== chronoq remote_send: {url} ==")
             for threads in args.producers or [1, 2]:
-                single, batched = bench(broker, args.single, args.batched, threads,
-                                        args.batch, body)
-                print(f"  {threads} thread(s): single sync sends {single:,.0f} msgs/s; "
-                      f"batched ({args.batch}) {batched:,.0f} msgs/s")
+                single, batched = bench(
+                    broker, args.single, args.batched, threads, args.batch, body
+                )
+                print(
+                    f"  {threads} thread(s): single sync sends {single:,.0f} msgs/s; "
+                    f"batched ({args.batch}) {batched:,.0f} msgs/s"
+                )
     finally:
         if proc is not None:
             stop_server(proc)

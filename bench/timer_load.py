@@ -418,8 +418,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--pull-max", type=int, default=256, help="pull(max_messages)")
     p.add_argument("--pull-wait-ms", type=int, default=100, help="pull(wait_ms)")
     p.add_argument("--max-inflight", type=int, default=1000, help="consumer max_inflight")
-    p.add_argument("--ack-each", action="store_true",
-                   help="ack each message on its own (default: one ack_batch per pull)")
+    p.add_argument(
+        "--ack-each",
+        action="store_true",
+        help="ack each message on its own (default: one ack_batch per pull)",
+    )
     p.add_argument("--grace", type=float, default=10.0, help="s after the last due time to wait")
     p.add_argument("--settle", type=float, default=1.0, help="s to wait before final checks")
     p.add_argument("--stats-interval", type=float, default=1.0, help="s between stats() samples")

@@ -193,10 +193,16 @@ _OPS = {
 def bench_scripts() -> dict[str, str]:
     """``chronoq bench`` names of the scripts in the checkout's ``bench/`` folder."""
     folder = os.path.join(os.getcwd(), "bench")
-    names = sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py")) \
-        if os.path.isdir(folder) else []
-    return {n.replace("_", "-"): n for n in names
-            if not n.startswith("_") and n not in ("loadgen", "stats", "pending")}
+    names = (
+        sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py"))
+        if os.path.isdir(folder)
+        else []
+    )
+    return {
+        n.replace("_", "-"): n
+        for n in names
+        if not n.startswith("_") and n not in ("loadgen", "stats", "pending")
+    }
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -206,15 +212,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     scripts = bench_scripts()
     if args.name is None or not scripts:
         if not scripts:
-            print("chronoq bench: no bench/ folder here; run it from a chronoq checkout "
-                  "(the project root)", file=sys.stderr)
+            print(
+                "chronoq bench: no bench/ folder here; run it from a chronoq checkout "
+                "(the project root)",
+                file=sys.stderr,
+            )
             return 2
         print("benchmarks: " + ", ".join(scripts))
         return 0
     module = scripts.get(args.name)
     if module is None:
-        print(f"chronoq bench: unknown benchmark {args.name!r}; one of: "
-              + ", ".join(scripts), file=sys.stderr)
+        print(
+            f"chronoq bench: unknown benchmark {args.name!r}; one of: " + ", ".join(scripts),
+            file=sys.stderr,
+        )
         return 2
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())

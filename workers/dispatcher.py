@@ -243,8 +243,9 @@ class Dispatcher:
             stuck = [r for r in list(self._runs) if self._claim(r)]
         for run in stuck:
             if _handed_off(run):  # runs elsewhere: the next dispatcher looks its outcome up
-                self._settle(run, "release",
-                             f"released: outcome still awaited after the {limit:g} s drain")
+                self._settle(
+                    run, "release", f"released: outcome still awaited after the {limit:g} s drain"
+                )
                 continue
             if run.job is not None:
                 run.job.cancel("the dispatcher is shutting down")
@@ -554,5 +555,10 @@ __all__ = ["DEFAULT_MAX_AWAITING", "App", "Dispatcher"]
 def _handed_off(run: Run) -> bool:
     """Whether ``run``'s job was handed to a system that runs it on its own."""
     fut = run.future
-    return (fut is not None and fut.done() and not fut.cancelled()
-            and fut.exception() is None and isinstance(fut.result(), Handoff))
+    return (
+        fut is not None
+        and fut.done()
+        and not fut.cancelled()
+        and fut.exception() is None
+        and isinstance(fut.result(), Handoff)
+    )

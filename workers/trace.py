@@ -56,8 +56,14 @@ TRACE_VERSION = 1
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_FILES = 100
 #: ``Settler`` verbs to trace outcomes.
-OUTCOMES = {"ack": "ok", "retry": "retry", "dead": "dead", "release": "released",
-            "abandon": "released", "skip": "skipped"}
+OUTCOMES = {
+    "ack": "ok",
+    "retry": "retry",
+    "dead": "dead",
+    "release": "released",
+    "abandon": "released",
+    "skip": "skipped",
+}
 #: The fields of a line, in order (the schema above).
 FIELDS = (
     "v",

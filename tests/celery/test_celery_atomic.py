@@ -192,3 +192,27 @@ def test_the_executor_goes_back_to_kombu_for_a_route_the_script_cannot_carry(
 
 def _topic_queue() -> Queue:
     return Queue("orders", Exchange("shop", type="topic"), routing_key="orders.close")
+
+
+def test_the_executor_fails_a_run_whose_stored_state_it_cannot_read(
+    tmp_path: Path, redis_url: str, client: redis.Redis
+) -> None:
+    # Given a job whose task id already holds an entry no Celery meta reads as
+    chronoq = Chronoq(tmp_path / "data", redis_url).start()
+    try:
+        receipt = chronoq.handle("t.record").schedule("x", delay=1.0)
+        client.set(f"celery-task-meta-{receipt.msg_id}", b"\x80garbled")
+
+        # When it is due
+        def failed_once() -> Any:
+            view = chronoq.scheduler.broker.query(receipt.msg_id)
+            return view is not None and view.error is not None and view
+
+        view = wait_for("the failed attempt", failed_once)
+        # Then that attempt failed, saying why (chronoq's retry policy takes it from
+        # there), nothing was published, and the entry is left as it was
+        assert "UNREADABLE" in view.error and view.attempts == 1
+        assert client.llen("celery") == 0
+        assert client.get(f"celery-task-meta-{receipt.msg_id}") == b"\x80garbled"
+    finally:
+        chronoq.close()

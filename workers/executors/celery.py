@@ -57,8 +57,9 @@ Celery's accepting a publish and the ``SENT`` write (which goes with the next
 batch's lookup, or alone as soon as the publisher is idle: milliseconds), a
 ``SENT`` write that failed (logged), and result backends other than Redis (no
 ``SENT``: only ``task_track_started`` tells a queued task from an unknown one
-there). The script path has none: a message is pushed only together with its
-``SENT``.
+there). The script path closes them: a message is pushed together with its
+``SENT`` in one atomic step (short of Redis failing the script half-way, out
+of memory say).
 
 **Who retries: chronoq.** A failed task is retried by the dispatcher's nack with
 the job's :class:`~scheduler.spec.RetryPolicy` (``retry_on``, backoff,
@@ -431,9 +432,10 @@ class CeleryExecutor:
             reply = replies[p.task_id]
             assert p.outcome is not None
             if isinstance(reply, int):
-                if reply != PUBLISHED and p.outcome.done():
+                if reply != PUBLISHED and p.outcome.done() and p.outcome.exception():
                     # Published over a FAILURE a sweep may have read in the meantime:
-                    # that outcome was the previous run's; wait for this one's.
+                    # that outcome was the previous run's; wait for this one's (a sweep
+                    # finds it if it came already).
                     p.outcome = Future()
                     self.watcher.watch(p.task_id, p.outcome)
                 if p.job is not None:

@@ -178,8 +178,10 @@ class AtomicPublisher:
             raise NotScriptable(f"task {name} made {len(capture.captured)} messages")
         message, exchange, routing_key = capture.captured[0]
         channel = self._channel
-        if exchange or routing_key in getattr(channel, "_expires", {}):
+        if exchange:
             raise NotScriptable(f"task {name} is routed through exchange {exchange!r}")
+        if routing_key in getattr(channel, "_expires", {}):
+            raise NotScriptable(f"task {name} goes to queue {routing_key!r}, which expires")
         channel._inplace_augment_message(message, exchange, routing_key)
         queue = channel._q_for_pri(routing_key, channel._get_message_priority(message))
         key = self._backend.get_key_for_task(task_id)
@@ -190,8 +192,10 @@ class AtomicPublisher:
         trip. Per task id: :data:`PUBLISHED`, :data:`REPUBLISHED`, or the stored
         meta of a task Celery already has (not published; ``None`` if unreadable).
 
-        :raises Exception: what Redis raised; then nothing of the batch was sent
-            (a script runs whole or, failing before its first write, not at all).
+        :raises Exception: what Redis raised. A lost connection leaves the batch
+            done whole or not at all (a script runs atomically); an error inside the
+            script (Redis out of memory, say) may leave the tasks before it pushed,
+            each with its ``SENT`` unless the error fell between the two.
         """
         pending, self._pending = self._pending, []
         if not pending:
