@@ -178,12 +178,11 @@ class Chronoq:
 
 #: Runs a test once per publish path of the executor: the one-round-trip script
 #: (broker and result backend are one Redis database here) and the general path.
-BOTH_PUBLISH_PATHS = pytest.mark.parametrize(
-    "publish_script", [True, False], ids=["script-publish", "kombu-publish"]
-)
+_PATHS, _PATH_IDS = [True, False], ["script-publish", "kombu-publish"]
+BOTH_PUBLISH_PATHS = pytest.mark.parametrize("publish_script", _PATHS, ids=_PATH_IDS)
 
 
-@pytest.fixture(params=[True, False], ids=["script-publish", "kombu-publish"])
+@pytest.fixture(params=_PATHS, ids=_PATH_IDS)
 def chronoq(request: pytest.FixtureRequest, tmp_path: Path, redis_url: str) -> Iterator[Chronoq]:
     """A running chronoq dispatcher publishing to the session's Redis."""
     side = Chronoq(tmp_path / "data", redis_url, publish_script=request.param).start()
