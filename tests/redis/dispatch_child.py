@@ -31,8 +31,10 @@ def main() -> int:
     args = p.parse_args()
     stop = args.out + ".stop"
     broker = RedisBroker.from_url(args.url)
-    consumers = [broker.consumer(g, [args.topic], invisible_ms=args.invisible_ms)
-                 for g in args.groups.split(",")]
+    consumers = [
+        broker.consumer(g, [args.topic], invisible_ms=args.invisible_ms)
+        for g in args.groups.split(",")
+    ]
     deadline = time.monotonic() + 120
     with open(args.out, "a", buffering=1) as out:
         out.write("ready\n")

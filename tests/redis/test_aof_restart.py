@@ -32,8 +32,10 @@ def test_redis_crash_and_restart_with_aof_loses_nothing_acknowledged(tmp_path: P
                 acked.add(m.msg_id)
         assert acked == done
         broker.flush()  # acks are written in batches: flush() waits for them too
-        later = {r.msg_id for r in broker.send_batch(
-            [Message("jobs", b"l", delay_ms=2_000) for _ in range(100)])}
+        later = {
+            r.msg_id
+            for r in broker.send_batch([Message("jobs", b"l", delay_ms=2_000) for _ in range(100)])
+        }
 
         # When: Redis is SIGKILLed while a thread keeps sending, then restarted
         ok: set[str] = set()
@@ -60,8 +62,9 @@ def test_redis_crash_and_restart_with_aof_loses_nothing_acknowledged(tmp_path: P
         before_restart = len(ok)
         time.sleep(0.3)
         server.start()
-        eventually(lambda: len(ok) >= before_restart + 100, timeout=30,
-                   what="sends after the restart")
+        eventually(
+            lambda: len(ok) >= before_restart + 100, timeout=30, what="sends after the restart"
+        )
         stop.set()
         t.join(10)
 

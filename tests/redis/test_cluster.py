@@ -111,16 +111,18 @@ def test_shards_and_pending_messages_spread_evenly_over_the_masters(
     # Given: each master owns an equal slot range, and the shard tags are slot-banded
     rc = redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
     try:
-        owners = [rc.get_node_from_key(b + K.DUE).port
-                  for b in K.shard_bases("cq", K.DEFAULT_SHARDS)]
+        owners = [
+            rc.get_node_from_key(b + K.DUE).port for b in K.shard_bases("cq", K.DEFAULT_SHARDS)
+        ]
     finally:
         rc.close()
     assert sorted(owners.count(n.port) for n in cluster.nodes) == [K.DEFAULT_SHARDS // 3] * 3
     # When: 6,000 keyless and 3,000 keyed messages are sent
     for _ in range(30):
         broker.send_batch([Message("spread", b"x", delay_ms=60_000) for _ in range(200)])
-    broker.send_batch([Message("spread", b"k", key=f"order:{i}", delay_ms=60_000)
-                       for i in range(3_000)])
+    broker.send_batch(
+        [Message("spread", b"k", key=f"order:{i}", delay_ms=60_000) for i in range(3_000)]
+    )
     # Then: every master holds about a third, the largest within 1.2x the smallest
     counts = _due_per_master(cluster, "cq")
     assert sum(counts) == 9_000
@@ -131,8 +133,11 @@ def test_shards_and_pending_messages_spread_evenly_over_the_masters(
 def test_cluster_delivers_across_every_master(cluster_harness: Harness) -> None:
     broker = cluster_harness.broker
     c = broker.consumer("g", ["spread"])
-    ids = {r.msg_id for _ in range(12)
-           for r in broker.send_batch([Message("spread", b"x") for _ in range(50)])}
+    ids = {
+        r.msg_id
+        for _ in range(12)
+        for r in broker.send_batch([Message("spread", b"x") for _ in range(50)])
+    }
     got = pull_until(c, 600, timeout=30, max_messages=100)
     assert {m.msg_id for m in got} == ids
     assert {m.msg_id.split("-")[0] for m in got} == {str(s) for s in range(K.DEFAULT_SHARDS)}
@@ -143,8 +148,9 @@ def _evalsha_calls(cluster: RedisClusterProcs) -> list[int]:
     for node in cluster.nodes:
         client = redis.Redis(host="127.0.0.1", port=node.port)
         try:
-            calls.append(int(client.info("commandstats").get("cmdstat_evalsha", {})
-                             .get("calls", 0)))
+            calls.append(
+                int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+            )
         finally:
             client.close()
     return calls
@@ -156,8 +162,10 @@ def test_a_firing_pass_is_one_script_call_per_master_covering_every_shard(
     broker = cluster_harness.broker
     assert isinstance(broker, RedisBroker)
     c = broker.consumer("g", ["spread"])
-    ids = {r.msg_id for r in broker.send_batch(
-        [Message("spread", b"x", delay_ms=1_000) for _ in range(240)])}
+    ids = {
+        r.msg_id
+        for r in broker.send_batch([Message("spread", b"x", delay_ms=1_000) for _ in range(240)])
+    }
     assert {i.split("-")[0] for i in ids} == {str(s) for s in range(K.DEFAULT_SHARDS)}
     broker.firer.close()  # fire by hand below, so nothing else calls scripts
     broker.acks.flush()

@@ -25,10 +25,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _spawn(url: str, out: Path, groups: str, topic: str, *extra: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, str(CHILD), url, str(out), groups, topic, *extra],
-                            env=env)
-    eventually(lambda: out.exists() and "ready" in out.read_text(), timeout=30,
-               what=f"{out.name} ready")
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), url, str(out), groups, topic, *extra], env=env
+    )
+    eventually(
+        lambda: out.exists() and "ready" in out.read_text(), timeout=30, what=f"{out.name} ready"
+    )
     return proc
 
 
@@ -57,8 +59,10 @@ def _send(url: str, topic: str, n: int) -> set[str]:
         ids: set[str] = set()
         for start in range(0, n, 200):
             # due over the next ~1.5 s, so firing happens while both dispatchers run
-            batch = [Message(topic, b"%d" % i, delay_ms=(i * 1500) // n)
-                     for i in range(start, min(start + 200, n))]
+            batch = [
+                Message(topic, b"%d" % i, delay_ms=(i * 1500) // n)
+                for i in range(start, min(start + 200, n))
+            ]
             ids.update(r.msg_id for r in sender.send_batch(batch))
     return ids
 
@@ -99,8 +103,11 @@ def test_a_dispatcher_killed_mid_batch_loses_nothing(redis_url: str, tmp_path: P
         victim.wait(10)
         held = {mid for _, mid, _ in _lines(slow, "got")}
         assert held and not _lines(slow, "ack"), "the victim must die holding unacked messages"
-        eventually(lambda: {mid for _, mid, _ in _lines(fast, "ack")} >= ids, timeout=60,
-                   what="the survivor acked every message")
+        eventually(
+            lambda: {mid for _, mid, _ in _lines(fast, "ack")} >= ids,
+            timeout=60,
+            what="the survivor acked every message",
+        )
     finally:
         _stop([survivor], [fast])
     redelivered = {mid: att for _, mid, att in _lines(fast, "ack") if mid in held}

@@ -14,7 +14,7 @@ from broker_adapter.clock import ManualClock
 from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
 from broker_adapter.redis import keys as K
-from broker_adapter.results import AbortStatus, SendStatus
+from broker_adapter.results import AbortStatus, SendResult, SendStatus
 from tests.conftest import START_MS
 from tests.helpers import eventually, pull_until
 
@@ -56,12 +56,15 @@ def test_every_key_of_a_message_shares_its_shard_slot(redis_url: str) -> None:
 @pytest.mark.parametrize("shards", [1, 12])
 def test_many_firers_fire_each_message_once(redis_url: str, shards: int) -> None:
     clock = ManualClock(START_MS)
-    brokers = [RedisBroker.from_url(f"{redis_url}?shards={shards}", clock=clock)
-               for _ in range(3)]
+    brokers = [RedisBroker.from_url(f"{redis_url}?shards={shards}", clock=clock) for _ in range(3)]
     try:
         consumer = brokers[0].consumer("g", ["t"])
-        sent = {r.msg_id for r in brokers[1].send_batch(
-            [Message("t", b"%d" % i, delay_ms=1_000 + i % 7) for i in range(3_000)])}
+        sent = {
+            r.msg_id
+            for r in brokers[1].send_batch(
+                [Message("t", b"%d" % i, delay_ms=1_000 + i % 7) for i in range(3_000)]
+            )
+        }
         clock.advance(2_000)  # all three firers wake at once and race on every shard
         got = []
         for _ in range(200):  # ack as we go: a consumer holds at most 1,000 by default
@@ -81,13 +84,17 @@ def test_many_firers_fire_each_message_once(redis_url: str, shards: int) -> None
 
 def test_a_send_from_another_process_wakes_the_firer(redis_url: str) -> None:
     clock = ManualClock(START_MS)
-    with RedisBroker.from_url(redis_url, clock=clock) as firing, \
-            RedisBroker.from_url(redis_url + "?fire=0", clock=clock) as sender:
+    with (
+        RedisBroker.from_url(redis_url, clock=clock) as firing,
+        RedisBroker.from_url(redis_url + "?fire=0", clock=clock) as sender,
+    ):
         r = sender.send(Message("t", b"x", delay_ms=5_000))
         shard = int(r.msg_id.split("-")[0])
         # the firer hears the new earliest due time on the wake channel
-        eventually(lambda: firing.firer._heads[shard] == r.deliver_at_ms,
-                   what="the firer learned the new due time")
+        eventually(
+            lambda: firing.firer._heads[shard] == r.deliver_at_ms,
+            what="the firer learned the new due time",
+        )
 
 
 def test_fired_messages_expire_after_retention_but_pending_ones_never(redis_url: str) -> None:
@@ -99,6 +106,7 @@ def test_fired_messages_expire_after_retention_but_pending_ones_never(redis_url:
         pull_until(c, 1)
         client = redis.Redis.from_url(redis_url)
         try:
+
             def ttl(msg_id: str, kind: str) -> int:
                 shard, n = msg_id.split("-")
                 return int(client.pttl(f"{broker.bases[int(shard)]}{kind}{n}"))
@@ -152,16 +160,27 @@ def test_url_options_choose_prefix_and_shards(redis_url: str) -> None:
         broker.close()
 
 
+def _fire_over_all_shards(
+    broker: RedisBroker, clock: ManualClock, messages: list[Message]
+) -> list[SendResult]:
+    """Send ``messages`` to a 12-shard broker (they must spread over all 12 shards),
+    then let the clock pass their due times and wait until all fired."""
+    sent = broker.send_batch(messages)
+    assert len({r.msg_id.split("-")[0] for r in sent}) == 12
+    clock.advance(max(m.delay_ms or 0 for m in messages) + 1)
+    eventually(lambda: broker.stats().topics["t"].fired_total == len(messages), what="all fired")
+    return sent
+
+
 def test_claims_past_the_limit_go_back_untouched(redis_url: str) -> None:
     """A pull claims in every shard at once; what it may not hand out (past
     ``max_messages``) goes back to ready without counting as a delivery."""
     clock = ManualClock(START_MS)
     with RedisBroker.from_url(redis_url + "?shards=12", clock=clock) as broker:
         c = broker.consumer("g", ["t"])
-        sent = broker.send_batch([Message("t", b"%d" % i, delay_ms=i) for i in range(24)])
-        assert len({r.msg_id.split("-")[0] for r in sent}) == 12
-        clock.advance(100)
-        eventually(lambda: broker.stats().topics["t"].fired_total == 24, what="all fired")
+        sent = _fire_over_all_shards(
+            broker, clock, [Message("t", b"%d" % i, delay_ms=i) for i in range(24)]
+        )
         got = []
         for _ in range(24):
             one = c.pull(max_messages=1, wait_ms=2_000)
@@ -221,8 +240,10 @@ def test_key_index_entries_expire_after_retention_and_keep_the_duplicate_rule(
         due = START_MS + 1_000
         fired = broker.send(Message("t", b"a", key="fire", deliver_at_ms=due))
         aborted = broker.send(Message("t", b"b", key="abort", deliver_at_ms=due))
-        assert broker.send(Message("t", b"a2", key="fire", deliver_at_ms=due + 5)).status \
-            is SendStatus.DUPLICATE  # pending: any due time
+        assert (
+            broker.send(Message("t", b"a2", key="fire", deliver_at_ms=due + 5)).status
+            is SendStatus.DUPLICATE
+        )  # pending: any due time
         assert entry_ttl("fire") == -1 and entry_ttl("abort") == -1
         assert broker.abort(key="abort", topic="t").status is AbortStatus.ABORTED
         clock.advance(1_000)
@@ -233,8 +254,11 @@ def test_key_index_entries_expire_after_retention_and_keep_the_duplicate_rule(
         assert (again.status, again.msg_id) == (SendStatus.DUPLICATE, fired.msg_id)
         assert broker.abort(key="abort", topic="t").status is AbortStatus.ABORTED
         # after retention every entry is gone; the index holds nothing for these keys
-        eventually(lambda: entry_ttl("fire") == -2 and entry_ttl("abort") == -2,
-                   timeout=30, what="key entries expired")
+        eventually(
+            lambda: entry_ttl("fire") == -2 and entry_ttl("abort") == -2,
+            timeout=30,
+            what="key entries expired",
+        )
         assert not list(client.scan_iter(f"{base}k:*"))
         # due later than now, so the firer cannot fire it (and set a TTL) before we look
         reborn = broker.send(Message("t", b"a4", key="fire", deliver_at_ms=due + 60_000))
@@ -250,8 +274,9 @@ def test_pending_records_across_hash_buckets(redis_url: str) -> None:
     clock = ManualClock(START_MS)
     with RedisBroker.from_url(redis_url, clock=clock) as broker:
         c = broker.consumer("g", ["t"])
-        sent = broker.send_batch([Message("t", b"%d" % i, delay_ms=1_000 + i % 50)
-                                  for i in range(2_100)])
+        sent = broker.send_batch(
+            [Message("t", b"%d" % i, delay_ms=1_000 + i % 50) for i in range(2_100)]
+        )
         numbers = {int(r.msg_id.split("-")[1]): r.msg_id for r in sent}
         assert min(numbers) == 1 and max(numbers) == 2_100  # buckets 0, 1 and 2
         edges = [numbers[n] for n in (1_023, 1_024, 1_025, 2_047, 2_048)]
@@ -283,11 +308,9 @@ def test_a_backlog_over_many_shards_comes_in_fire_order_within_the_byte_limit(
     clock = ManualClock(START_MS)
     with RedisBroker.from_url(redis_url + "?shards=12", clock=clock) as broker:
         c = broker.consumer("g", ["t"], max_inflight_bytes=1_000)
-        sent = broker.send_batch([Message("t", b"x" * 100, delay_ms=1 + i)
-                                  for i in range(120)])
-        assert len({r.msg_id.split("-")[0] for r in sent}) == 12
-        clock.advance(200)
-        eventually(lambda: broker.stats().topics["t"].fired_total == 120, what="all fired")
+        sent = _fire_over_all_shards(
+            broker, clock, [Message("t", b"x" * 100, delay_ms=1 + i) for i in range(120)]
+        )
         got = []
         for _ in range(60):
             batch = c.pull(max_messages=100, wait_ms=2_000)

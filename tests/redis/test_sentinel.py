@@ -62,9 +62,15 @@ def test_sentinel_urls_reach_the_master_and_follow_a_failover(
         assert sorted(m.body for m in got) == [b"after", b"before"]
 
 
-@pytest.mark.parametrize("url", ["redis+sentinel://127.0.0.1:26379",
-                                 "redis+sentinel:///svc", "redis+sentinel://h:x/svc",
-                                 "redis+sentinel://h:1/svc/x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+sentinel://127.0.0.1:26379",
+        "redis+sentinel:///svc",
+        "redis+sentinel://h:x/svc",
+        "redis+sentinel://h:1/svc/x",
+    ],
+)
 def test_malformed_sentinel_urls_are_refused(url: str) -> None:
     with pytest.raises(InvalidArgument):
         open_client(url)

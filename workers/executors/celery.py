@@ -281,9 +281,9 @@ class CeleryExecutor:
         try:
             _ = app.tasks  # finalizes the app: imports and binds its tasks once
             queue = app.amqp.default_queue
-            if self._open_atomic() is not None:
-                assert self._atomic is not None
-                self._atomic.declare(queue)
+            atomic = self._open_atomic()
+            if atomic is not None:
+                atomic.declare(queue)
                 return
             self._session = PublishSession(app, 2 * self.batch_size)
             self._session.producer.maybe_declare(queue)
@@ -359,20 +359,8 @@ class CeleryExecutor:
         live = [p for p in batch if p.fut.set_running_or_notify_cancel()]
         if not live:
             return
-        if not self._atomic_off:
-            try:
-                atomic = self._open_atomic()
-            except Exception as e:  # noqa: BLE001 - the broker is unreachable: chronoq retries
-                self._failed(live, e)
-                return
-            if atomic is not None:
-                try:
-                    self._publish_atomic(atomic, live)
-                    return
-                except NotScriptable as e:
-                    _log.info("celery publisher: %s; publishing through kombu from now on", e)
-                    atomic.close()
-                    self._atomic, self._atomic_off = None, True
+        if not self._atomic_off and self._publish_atomic(live):
+            return
         if self.track_results:
             live = self._skip_known(live)
             for p in live:  # before the publish: a fast outcome must not be missed
@@ -405,11 +393,16 @@ class CeleryExecutor:
         for p in live:
             p.fut.set_result(None if p.outcome is None else Handoff(p.outcome))
 
-    def _publish_atomic(self, atomic: AtomicPublisher, live: list[_Publish]) -> None:
-        """Publish ``live`` with one script (see :mod:`workers.executors.celery_atomic`).
-
-        :raises NotScriptable: before anything was sent, for a batch this path cannot carry.
-        """
+    def _publish_atomic(self, live: list[_Publish]) -> bool:
+        """Publish ``live`` with one script (see :mod:`workers.executors.celery_atomic`);
+        ``False`` when this app needs the general path (nothing was sent then)."""
+        try:
+            atomic = self._open_atomic()
+        except Exception as e:  # noqa: BLE001 - the broker is unreachable: chronoq retries
+            self._failed(live, e)
+            return True
+        if atomic is None:
+            return False
         for p in live:  # before the publish: a fast outcome must not be missed
             assert p.outcome is not None
             self.watcher.watch(p.task_id, p.outcome)
@@ -417,17 +410,19 @@ class CeleryExecutor:
             for p in live:
                 atomic.add(p.name, p.args, p.kwargs, p.task_id, p.options)
             replies = atomic.flush()
-        except NotScriptable:
-            atomic.discard()
+        except NotScriptable as e:
+            _log.info("celery publisher: %s; publishing through kombu from now on", e)
             for p in live:
                 assert p.outcome is not None
                 self.watcher.unwatch(p.task_id, p.outcome)
-            raise
+            atomic.close()
+            self._atomic, self._atomic_off = None, True
+            return False
         except Exception as e:  # noqa: BLE001 - the broker refused: chronoq retries
             atomic.close()
             self._atomic = None  # a new connection (maybe a new broker) next time
             self._failed(live, e)
-            return
+            return True
         for p in live:
             reply = replies[p.task_id]
             assert p.outcome is not None
@@ -449,6 +444,7 @@ class CeleryExecutor:
                         p.task_id, "UNREADABLE", "not published over a result-backend "
                         "entry chronoq cannot read; retried after the backoff"))  # fmt: skip
                     p.fut.set_result(Handoff(p.outcome))
+        return True
 
     def _mark_sent(self) -> None:
         """Store ``SENT`` for the tasks published and not marked yet (see the module

@@ -32,7 +32,7 @@ from typing import Any
 from kombu.utils import json as kombu_json
 
 from workers.executors.celery_publish import publish
-from workers.executors.celery_results import sent_meta
+from workers.executors.celery_results import decode_meta, sent_meta
 
 #: KEYS: per task its meta key and queue list; ARGV: the result expiry (ms, 0: none),
 #: then per task its message and its SENT meta. For each task: GET its meta; when
@@ -136,20 +136,18 @@ class AtomicPublisher:
             return None
         connection = app.connection_for_write()
         try:
-            if connection.transport.driver_type != "redis":
-                connection.release()
-                return None
-            channel = connection.default_channel
-            if getattr(channel, "global_keyprefix", "") or not _same_database(
-                channel.client, backend.client
-            ):
-                connection.release()
-                return None
-            backend.client.script_load(_SCRIPT)  # reachable, and Lua allowed
-            return cls(app, connection, channel, backend)
+            if connection.transport.driver_type == "redis":
+                channel = connection.default_channel
+                if not getattr(channel, "global_keyprefix", "") and _same_database(
+                    channel.client, backend.client
+                ):
+                    backend.client.script_load(_SCRIPT)  # reachable, and Lua allowed
+                    return cls(app, connection, channel, backend)
         except BaseException:
             connection.release()
             raise
+        connection.release()
+        return None
 
     def declare(self, queue: Any) -> None:
         """Declare kombu ``queue`` on this connection now (its first publish would)."""
@@ -230,10 +228,9 @@ def _dumps(message: dict[str, Any]) -> str:
 
 def _decoded(backend: Any, raw: bytes) -> dict[str, Any] | None:
     try:
-        meta = backend.decode_result(raw)
+        return decode_meta(backend, raw)
     except Exception:  # noqa: BLE001 - unreadable: known all the same, not published
         return None
-    return meta if isinstance(meta, dict) else None
 
 
 def _same_database(a: Any, b: Any) -> bool:

@@ -155,7 +155,7 @@ class ResultWatcher:
         if not ids:
             return {}
         values = replies[-1]
-        return dict(zip(ids, (_decode(backend, v) for v in values), strict=True))
+        return dict(zip(ids, (decode_meta(backend, v) for v in values), strict=True))
 
     def mark_sent(self, task_ids: Iterable[str]) -> bool:
         """Store :data:`SENT_STATE` for each id that has no state yet: one pipelined
@@ -341,7 +341,7 @@ def _safe_uri(backend: Any) -> str:
         return type(backend).__name__
 
 
-def _decode(backend: Any, value: Any, ready_only: bool = False) -> dict[str, Any] | None:
+def decode_meta(backend: Any, value: Any, ready_only: bool = False) -> dict[str, Any] | None:
     """One stored meta (``None`` when nothing is stored; with ``ready_only``, also for
     the JSON meta of an unready state, which is then not decoded)."""
     if value is None or (ready_only and isinstance(value, bytes) and value.startswith(_UNREADY)):
@@ -361,7 +361,7 @@ def _metas(backend: Any, ids: list[str], ready_only: bool = False) -> list[dict[
         except NotImplementedError:
             values = None
         if values is not None:
-            return [_decode(backend, v, ready_only) for v in values]
+            return [decode_meta(backend, v, ready_only) for v in values]
     out: list[dict[str, Any] | None] = []
     for task_id in ids:
         meta = backend.get_task_meta(task_id, cache=False)
@@ -375,6 +375,7 @@ __all__ = [
     "CeleryTaskFailed",
     "ResultWatcher",
     "close_thread_backend",
+    "decode_meta",
     "outcome_error",
     "sent_meta",
 ]
