@@ -3,6 +3,7 @@ redis-server for the session."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,15 @@ from tests.redis_server import RedisServer
 
 #: Where every ManualClock in the tests starts (2023-11-14T22:13:20Z).
 START_MS = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_garbage_collected() -> Iterator[None]:
+    """Collect a module's garbage when it ends: a socket or file it left unclosed
+    then fails its own last test (``ResourceWarning`` is an error here) instead of
+    whichever later test happens to run a collection."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture

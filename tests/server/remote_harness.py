@@ -57,6 +57,8 @@ class RemoteFactory:
     def _sync_clock(self) -> None:
         assert self._clock is not None
         if self._admin is None or not self._admin.alive:
+            if self._admin is not None:
+                self._admin.close()  # a dead link still holds its socket
             self._admin = self.server.link()
         self._admin.call("advance", {"to_ms": self._clock.now_ms()}, 30.0)
 
