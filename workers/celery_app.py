@@ -61,6 +61,7 @@ from scheduler.handles import Call, JobHandle, ScheduledJob
 from scheduler.jobcall import JobCall
 from scheduler.registry import JobRegistry
 from scheduler.scheduler import Scheduler
+from workers.celery_transport import TRANSPORT_PATH
 from workers.context import JobContext, reset_current, run_job, set_current
 from workers.executors.base import register_executor
 from workers.executors.celery import RUN_TASK, TASK_JOB_PREFIX, CeleryExecutor
@@ -178,6 +179,9 @@ def celery_app_for(
     blocking. ``task_track_started`` stays off (Celery's default): the executor's
     ``SENT`` state already tells a redelivery that a task is in Celery's hands, and
     ``STARTED`` would cost the worker two more result-backend round trips per task.
+    A ``redis://`` or ``rediss://`` broker goes through
+    :class:`~workers.celery_transport.RedisTransport`, kombu's Redis transport
+    minus a throwaway client object per delivery and per ack.
 
     :param broker_url: the Celery broker; default ``$CHRONOQ_CELERY_BROKER_URL`` or
         ``redis://127.0.0.1:6379/0``.
@@ -194,6 +198,8 @@ def celery_app_for(
         "broker_transport_options": {"socket_connect_timeout": 5},
         "redis_socket_connect_timeout": 5,
     }
+    if url.split("://", 1)[0] in ("redis", "rediss"):
+        settings["broker_transport"] = TRANSPORT_PATH
     settings.update(conf)
     app.conf.update(settings)
     install(app, scheduler, executor_options=executor_options)
