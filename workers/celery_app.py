@@ -61,7 +61,7 @@ from scheduler.handles import Call, JobHandle, ScheduledJob
 from scheduler.jobcall import JobCall
 from scheduler.registry import JobRegistry
 from scheduler.scheduler import Scheduler
-from workers.celery_transport import TRANSPORT_PATH
+from workers.celery_redis import BACKEND_PATH, TRANSPORT_PATH
 from workers.context import JobContext, reset_current, run_job, set_current
 from workers.executors.base import register_executor
 from workers.executors.celery import RUN_TASK, TASK_JOB_PREFIX, CeleryExecutor
@@ -180,8 +180,10 @@ def celery_app_for(
     ``SENT`` state already tells a redelivery that a task is in Celery's hands, and
     ``STARTED`` would cost the worker two more result-backend round trips per task.
     A ``redis://`` or ``rediss://`` broker goes through
-    :class:`~workers.celery_transport.RedisTransport`, kombu's Redis transport
-    minus a throwaway client object per delivery and per ack.
+    :class:`~workers.celery_redis.RedisTransport`, and such a result backend is
+    :class:`~workers.celery_redis.RedisResultBackend`: Celery's own, minus a
+    throwaway client object per delivery and per ack, and minus a round trip per
+    stored result.
 
     :param broker_url: the Celery broker; default ``$CHRONOQ_CELERY_BROKER_URL`` or
         ``redis://127.0.0.1:6379/0``.
@@ -189,7 +191,10 @@ def celery_app_for(
         ``broker_transport_options={"visibility_timeout": 3600}``.
     """
     url = broker_url or os.environ.get(CELERY_URL_ENV) or DEFAULT_CELERY_URL
-    app = Celery(main, broker=url, backend=result_backend or url)
+    backend = result_backend or url
+    if _is_redis(backend):
+        backend = f"{BACKEND_PATH}+{backend}"
+    app = Celery(main, broker=url, backend=backend)
     settings: dict[str, Any] = {
         "task_serializer": "json",
         "result_serializer": "json",
@@ -198,12 +203,16 @@ def celery_app_for(
         "broker_transport_options": {"socket_connect_timeout": 5},
         "redis_socket_connect_timeout": 5,
     }
-    if url.split("://", 1)[0] in ("redis", "rediss"):
+    if _is_redis(url):
         settings["broker_transport"] = TRANSPORT_PATH
     settings.update(conf)
     app.conf.update(settings)
     install(app, scheduler, executor_options=executor_options)
     return app
+
+
+def _is_redis(url: str) -> bool:
+    return url.partition("://")[0] in ("redis", "rediss")
 
 
 def scheduler_of(celery_app: Any) -> Scheduler:

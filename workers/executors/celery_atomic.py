@@ -29,6 +29,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
+from celery.backends.redis import RedisBackend
 from kombu.utils import json as kombu_json
 
 from workers.executors.celery_publish import publish
@@ -130,7 +131,7 @@ class AtomicPublisher:
         backend are not one Redis database (with JSON, uncompressed results and no
         ``global_keyprefix``): the general path serves those."""
         backend = app.backend
-        if type(backend).__name__ != "RedisBackend" or backend.serializer != "json":
+        if not isinstance(backend, RedisBackend) or backend.serializer != "json":
             return None
         if getattr(backend, "compression", None):
             return None
