@@ -13,9 +13,11 @@ The worker is what gets the most tasks a second out of this 2-core machine: one
 worker process per core with the ``solo`` pool (``2 x celery worker --pool=solo``;
 the capacity probe measured about 1,030 tasks/s, against 620-750 for the default
 ``--pool=prefork -c 2``, whose parent process is the bottleneck, and 590 for
-``--pool=threads -c 2``); Celery's default prefetch (multiplier 4), Redis broker
-and result backend, and the two INFO lines Celery logs per task ("received",
-"succeeded") off, as one does at hundreds of tasks a second. ``--pool``,
+``--pool=threads -c 2``; about 1,400 since the app uses chronoq's cheaper Redis
+transport and result backend, :mod:`workers.celery_redis`, on both paths);
+Celery's default prefetch (multiplier 4), Redis broker and result backend, and
+the two INFO lines Celery logs per task ("received", "succeeded") off, as one
+does at hundreds of tasks a second. ``--pool``,
 ``--concurrency`` and ``--processes`` choose another worker. Both paths' tasks
 store their result; ``task_track_started`` is off (Celery's default; chronoq's
 redelivery check uses its own ``SENT`` state).
