@@ -149,12 +149,18 @@ def test_it_steps_aside_where_broker_and_backend_are_not_one_redis_database(
     other_db = redis_url.rsplit("/", 1)[0] + "/1"
     apart = celery_app_for(scheduler, redis_url, result_backend=other_db)
     in_memory = Celery("m", broker="memory://", backend=redis_url, set_as_current=False)
+    # A RedisBackend subclass that finds its server another way (no connection made)
+    sentinel = celery_app_for(
+        scheduler, redis_url, result_backend="sentinel://127.0.0.1:1/0;sentinel://127.0.0.1:2/0"
+    )
     try:
         assert AtomicPublisher.open(apart) is None
         assert AtomicPublisher.open(in_memory) is None
+        assert type(sentinel.backend).__name__ == "SentinelBackend"
+        assert AtomicPublisher.open(sentinel) is None
     finally:
-        apart.close()
-        in_memory.close()
+        for app in (apart, in_memory, sentinel):
+            app.close()
         scheduler.close()
 
 

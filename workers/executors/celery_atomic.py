@@ -32,6 +32,7 @@ from typing import Any
 from celery.backends.redis import RedisBackend
 from kombu.utils import json as kombu_json
 
+from workers.celery_redis import RedisResultBackend
 from workers.executors.celery_publish import publish
 from workers.executors.celery_results import decode_meta, sent_meta
 
@@ -131,7 +132,9 @@ class AtomicPublisher:
         backend are not one Redis database (with JSON, uncompressed results and no
         ``global_keyprefix``): the general path serves those."""
         backend = app.backend
-        if not isinstance(backend, RedisBackend) or backend.serializer != "json":
+        # Exactly these two: a subclass such as Celery's SentinelBackend finds its
+        # server another way, and the same-database check below could not tell.
+        if type(backend) not in (RedisBackend, RedisResultBackend) or backend.serializer != "json":
             return None
         if getattr(backend, "compression", None):
             return None
