@@ -24,10 +24,15 @@ def main() -> int:
         orders = list(range(1, 11))
         for order_id in orders:
             body = json.dumps({"order_id": order_id}).encode()
-            res = broker.send(Message("orders.close", body, key=f"order:{order_id}",
-                                      delay_ms=2000 + 200 * order_id))
-            print(f"order {order_id:2d} created; auto-close {res.msg_id} due in "
-                  f"{(res.deliver_at_ms - time.time() * 1000) / 1000:.1f} s")
+            res = broker.send(
+                Message(
+                    "orders.close", body, key=f"order:{order_id}", delay_ms=2000 + 200 * order_id
+                )
+            )
+            print(
+                f"order {order_id:2d} created; auto-close {res.msg_id} due in "
+                f"{(res.deliver_at_ms - time.time() * 1000) / 1000:.1f} s"
+            )
         paid = {2, 5, 7, 9}
         for order_id in sorted(paid):
             ab = broker.abort(key=f"order:{order_id}", topic="orders.close")
@@ -44,8 +49,10 @@ def main() -> int:
                     closed.append(order_id)
                     consumer.ack(m)
         stats = broker.stats()
-        print(f"closed {sorted(closed)}, paid {sorted(paid)}; broker: "
-              f"{stats.pending} pending, {stats.fired_total} fired in total")
+        print(
+            f"closed {sorted(closed)}, paid {sorted(paid)}; broker: "
+            f"{stats.pending} pending, {stats.fired_total} fired in total"
+        )
         return 0 if sorted(closed) == sorted(set(orders) - paid) else 1
 
 

@@ -67,8 +67,9 @@ def assert_nothing(consumer: Consumer, wait_ms: int = 300) -> None:
     assert got == [], f"expected no message, got {[(m.msg_id, m.attempts) for m in got]}"
 
 
-def stop_process(proc: subprocess.Popen[str] | subprocess.Popen[bytes] | None,
-                 timeout: float = 10.0) -> int | None:
+def stop_process(
+    proc: subprocess.Popen[str] | subprocess.Popen[bytes] | None, timeout: float = 10.0
+) -> int | None:
     """SIGTERM a child and reap it, SIGKILL when it outlives ``timeout``; its exit status
     (``None`` without a child)."""
     if proc is None:

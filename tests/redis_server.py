@@ -68,8 +68,9 @@ class RedisServer:
     :param cluster: ``cluster-enabled yes``.
     """
 
-    def __init__(self, workdir: Path, *, port: int | None = None, aof: bool = False,
-                 cluster: bool = False) -> None:
+    def __init__(
+        self, workdir: Path, *, port: int | None = None, aof: bool = False, cluster: bool = False
+    ) -> None:
         self.binary = require_redis_server()
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -84,16 +85,36 @@ class RedisServer:
 
     def start(self) -> RedisServer:
         """Start and wait until it answers PING (at most 10 s)."""
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                "--dir", str(self.workdir), "--save", "", "--protected-mode", "no",
-                "--daemonize", "no", "--logfile", str(self.workdir / "redis.log")]
+        args = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.workdir),
+            "--save",
+            "",
+            "--protected-mode",
+            "no",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.workdir / "redis.log"),
+        ]
         if self.aof:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]
         if self.cluster:
-            args += ["--cluster-enabled", "yes", "--cluster-config-file",
-                     str(self.workdir / "nodes.conf"), "--cluster-node-timeout", "2000"]
+            args += [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                str(self.workdir / "nodes.conf"),
+                "--cluster-node-timeout",
+                "2000",
+            ]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1)
         deadline = time.monotonic() + 10
@@ -146,8 +167,10 @@ class RedisSentinelProcs:
         replica = redis.Redis(host="127.0.0.1", port=self.replica.port)
         try:
             replica.replicaof("127.0.0.1", self.master.port)
-            _wait(lambda: replica.info("replication").get("master_link_status") == "up",
-                  "the replica did not sync")
+            _wait(
+                lambda: replica.info("replication").get("master_link_status") == "up",
+                "the replica did not sync",
+            )
         finally:
             replica.close()
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -157,15 +180,20 @@ class RedisSentinelProcs:
             f"dir {self.workdir}\nlogfile {self.workdir / 'sentinel.log'}\n"
             f"sentinel monitor {self.service} 127.0.0.1 {self.master.port} 1\n"
             f"sentinel down-after-milliseconds {self.service} 1000\n"
-            f"sentinel failover-timeout {self.service} 5000\n")
-        self.proc = subprocess.Popen([self.binary, str(conf), "--sentinel"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            f"sentinel failover-timeout {self.service} 5000\n"
+        )
+        self.proc = subprocess.Popen(
+            [self.binary, str(conf), "--sentinel"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         sentinel = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1)
 
         def knows_master() -> bool:
             try:
-                return bool(sentinel.execute_command(
-                    "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service))
+                return bool(
+                    sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
+                )
             except redis.ConnectionError:
                 return False
 
@@ -202,10 +230,20 @@ class RedisClusterProcs:
         """Start the nodes, create the cluster, wait until it says ``cluster_state:ok``."""
         for node in self.nodes:
             node.start()
-        subprocess.run(["redis-cli", "--cluster", "create",
-                        *[f"127.0.0.1:{n.port}" for n in self.nodes],
-                        "--cluster-replicas", "0", "--cluster-yes"],
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *[f"127.0.0.1:{n.port}" for n in self.nodes],
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         deadline = time.monotonic() + 30
         for node in self.nodes:
             client = redis.Redis(host="127.0.0.1", port=node.port)

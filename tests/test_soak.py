@@ -21,12 +21,22 @@ pytestmark = pytest.mark.slow
 
 def soak(url: str | None, rate: int = 3_000) -> dict[str, Any]:
     """Run ``timer_load.py --rate`` (due 2-32 s ahead) and return its JSON figures."""
-    cmd = [sys.executable, "bench/timer_load.py", "--rate", str(rate), "--due-from", "2",
-           "--due-to", "32", "--single", "5000", "--json"]
+    cmd = [
+        sys.executable,
+        "bench/timer_load.py",
+        "--rate",
+        str(rate),
+        "--due-from",
+        "2",
+        "--due-to",
+        "32",
+        "--single",
+        "5000",
+        "--json",
+    ]
     if url is not None:
         cmd += ["--broker", url]
-    done = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
@@ -35,7 +45,11 @@ def soak(url: str | None, rate: int = 3_000) -> dict[str, Any]:
 def check(fig: dict[str, Any]) -> None:
     assert fig["expected"] > 80_000 and fig["complete"], fig
     assert (fig["lost"], fig["duplicated"], fig["aborted_delivered"], fig["unexpected"]) == (
-        0, 0, 0, 0)
+        0,
+        0,
+        0,
+        0,
+    )
     assert fig["received"] == fig["expected"]
 
 

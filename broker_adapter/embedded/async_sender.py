@@ -65,8 +65,9 @@ class AsyncSender:
             if self._closing:
                 raise BrokerClosed("broker is closing")
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="chronoq-async-send",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="chronoq-async-send", daemon=True
+                )
                 self._thread.start()
             self._queue.append((message, callback))
             self._cond.notify()

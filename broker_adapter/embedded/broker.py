@@ -99,9 +99,13 @@ class EmbeddedBroker(BrokerAdapter):
         retention_ms: int = DEFAULT_RETENTION_MS,
         fire_chunk: int = 1000,
     ) -> None:
-        for name, setting in (("max_body_bytes", max_body_bytes), ("max_delay_ms", max_delay_ms),
-                              ("window_ms", window_ms), ("retention_ms", retention_ms),
-                              ("fire_chunk", fire_chunk)):
+        for name, setting in (
+            ("max_body_bytes", max_body_bytes),
+            ("max_delay_ms", max_delay_ms),
+            ("window_ms", window_ms),
+            ("retention_ms", retention_ms),
+            ("fire_chunk", fire_chunk),
+        ):
             if isinstance(setting, bool) or not isinstance(setting, int) or setting <= 0:
                 raise InvalidArgument(f"{name} must be a positive int, got {setting!r}")
         self._store = RocksStore(path, durability)
@@ -144,8 +148,9 @@ class EmbeddedBroker(BrokerAdapter):
         self._planned_wake = 0
         self._clock.subscribe(self._kick)
         self._sender = AsyncSender(self.send_batch, self._check_open, self.max_body_bytes)
-        self._thread = threading.Thread(target=self._run, name=f"chronoq-wheel:{self.path.name}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"chronoq-wheel:{self.path.name}", daemon=True
+        )
         self._thread.start()
 
     @classmethod
@@ -153,12 +158,20 @@ class EmbeddedBroker(BrokerAdapter):
         """Open ``rocksdb://PATH[?durability=...&window_ms=...]``."""
         _scheme, path, params = split_url(url)
         if not path:
-            raise InvalidArgument(f"{url!r} names no directory: use rocksdb:///abs/dir or rocksdb://./dir")
+            raise InvalidArgument(
+                f"{url!r} names no directory: use rocksdb:///abs/dir or rocksdb://./dir"
+            )
         opts: dict[str, Any] = {}
         for name, value in params.items():
             if name == "durability":
                 opts[name] = value
-            elif name in ("max_body_bytes", "max_delay_ms", "window_ms", "retention_ms", "fire_chunk"):
+            elif name in (
+                "max_body_bytes",
+                "max_delay_ms",
+                "window_ms",
+                "retention_ms",
+                "fire_chunk",
+            ):
                 try:
                     opts[name] = int(value)
                 except ValueError as e:
@@ -182,8 +195,9 @@ class EmbeddedBroker(BrokerAdapter):
             tid = len(self._topic_ids) + 1
             if tid > K.MAX_TOPICS:
                 raise InvalidArgument(f"this broker already has {K.MAX_TOPICS} topics")
-            self._store.cf[K.CF_META].put(K.META_TOPIC + name.encode(), K.U16.pack(tid),
-                                          self._store.write_opt)
+            self._store.cf[K.CF_META].put(
+                K.META_TOPIC + name.encode(), K.U16.pack(tid), self._store.write_opt
+            )
             self._remember_topic(name, tid)
         return tid
 
@@ -246,8 +260,11 @@ class EmbeddedBroker(BrokerAdapter):
             dues = [m.deliver_at(now) for m in messages]
             limit = min(now + self.max_delay_ms, K.MAX_TIME_MS)
             if dues and max(dues) > limit:
-                raise InvalidDelay("delay", max(dues) - now,
-                                   f"due after the broker's max delay of {self.max_delay_ms} ms")
+                raise InvalidDelay(
+                    "delay",
+                    max(dues) - now,
+                    f"due after the broker's max delay of {self.max_delay_ms} ms",
+                )
             tids = [self._topic_ids.get(m.topic) or self._topic_id(m.topic) for m in messages]
             if self._seq + len(dues) >= self._seq_hi:
                 self._reserve_seq(len(dues))
@@ -272,14 +289,24 @@ class EmbeddedBroker(BrokerAdapter):
                         old = keys_cf.get(index)
                         if old is not None and self._key_taken(old, asked):
                             old_key = old[:16]
-                            dup = SendResult(_DUP, (old_key[2:] + prefix[tid]).hex(),
-                                             K.wheel_time(old_key))
+                            dup = SendResult(
+                                _DUP, (old_key[2:] + prefix[tid]).hex(), K.wheel_time(old_key)
+                            )
                     if dup is not None:
                         results.append(SendResult(_DUP, dup.msg_id, dup.deliver_at_ms))
                         continue
                     batch.put(index, wkey + K.U64.pack(asked), h_keys)
-                record = encode(tid, 0, due, now, raw, keyb,
-                                m.tags.encode() if m.tags else b"", props_of.get(i, b""), m.body)
+                record = encode(
+                    tid,
+                    0,
+                    due,
+                    now,
+                    raw,
+                    keyb,
+                    m.tags.encode() if m.tags else b"",
+                    props_of.get(i, b""),
+                    m.body,
+                )
                 batch.put(wkey, record, h_wheel)
                 entries.append((wkey, tid, record))
                 counts[tid] = counts.get(tid, 0) + 1
@@ -352,8 +379,11 @@ class EmbeddedBroker(BrokerAdapter):
             else:
                 assert key is not None and topic is not None
                 tid = self._topic_ids.get(topic)
-                found = None if tid is None else store.cf[K.CF_KEYS].get(
-                    self._tid_prefix[tid] + key.encode())
+                found = (
+                    None
+                    if tid is None
+                    else store.cf[K.CF_KEYS].get(self._tid_prefix[tid] + key.encode())
+                )
                 if tid is None or found is None:
                     return AbortResult(AbortStatus.NOT_FOUND, None)
                 wkey = found[:16]
@@ -397,15 +427,19 @@ class EmbeddedBroker(BrokerAdapter):
         """See :meth:`BrokerAdapter.stats`."""
         self._check_open()
         with self._lock:
-            counts = {name: (tid, max(self._pending.get(tid, 0), 0), self._fired.get(tid, 0))
-                      for name, tid in self._topic_ids.items()}
+            counts = {
+                name: (tid, max(self._pending.get(tid, 0), 0), self._fired.get(tid, 0))
+                for name, tid in self._topic_ids.items()
+            }
             dead_of = {}
             for name in list(self._groups.groups):
                 dlq = self._topic_ids.get(dead_letter_topic(name))
                 dead_of[name] = self._fired.get(dlq, 0) if dlq else 0
         groups, ready, inflight = self._groups.stats(dead_of)
-        topics = {name: TopicStats(pending, fired, ready.get(tid, 0), inflight.get(tid, 0))
-                  for name, (tid, pending, fired) in counts.items()}
+        topics = {
+            name: TopicStats(pending, fired, ready.get(tid, 0), inflight.get(tid, 0))
+            for name, (tid, pending, fired) in counts.items()
+        }
         return BrokerStats(topics=topics, groups=groups)
 
     def consumer(
@@ -419,9 +453,14 @@ class EmbeddedBroker(BrokerAdapter):
         max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     ) -> Consumer:
         """See :meth:`BrokerAdapter.consumer`."""
-        return self._groups.consumer(group, topics, invisible_ms=invisible_ms,
-                                     max_attempts=max_attempts, max_inflight=max_inflight,
-                                     max_inflight_bytes=max_inflight_bytes)
+        return self._groups.consumer(
+            group,
+            topics,
+            invisible_ms=invisible_ms,
+            max_attempts=max_attempts,
+            max_inflight=max_inflight,
+            max_inflight_bytes=max_inflight_bytes,
+        )
 
     # -- the wheel thread -------------------------------------------------------------------
 

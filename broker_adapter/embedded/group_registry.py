@@ -96,9 +96,14 @@ class GroupRegistry:
     ) -> EmbeddedConsumer:
         """A new member of ``group``; see :meth:`BrokerAdapter.consumer`."""
         b = self._broker
-        names = check_consumer_args(group, topics, invisible_ms=invisible_ms,
-                                    max_attempts=max_attempts, max_inflight=max_inflight,
-                                    max_inflight_bytes=max_inflight_bytes)
+        names = check_consumer_args(
+            group,
+            topics,
+            invisible_ms=invisible_ms,
+            max_attempts=max_attempts,
+            max_inflight=max_inflight,
+            max_inflight_bytes=max_inflight_bytes,
+        )
         b._check_open()
         with self._lock:
             g = self.groups.get(group)
@@ -107,8 +112,7 @@ class GroupRegistry:
                 gid = g.gid if g is not None else len(self.groups) + 1
                 subscribed = sorted((known - {retry_topic(group)}) | set(names))
                 value = K.U16.pack(gid) + json.dumps(subscribed).encode()
-                b._store.cf[K.CF_META].put(K.META_GROUP + group.encode(), value,
-                                           b._store.write_opt)
+                b._store.cf[K.CF_META].put(K.META_GROUP + group.encode(), value, b._store.write_opt)
                 if g is None:
                     g = self._load_group(group, value)
                 else:
@@ -121,8 +125,9 @@ class GroupRegistry:
         self.consumers.add(consumer)
         return consumer
 
-    def pull(self, consumer: EmbeddedConsumer, max_messages: int, wait_ms: int
-              ) -> list[ReceivedMessage]:
+    def pull(
+        self, consumer: EmbeddedConsumer, max_messages: int, wait_ms: int
+    ) -> list[ReceivedMessage]:
         b = self._broker
         deadline = time.monotonic() + wait_ms / 1000
         group = consumer.group_state
@@ -177,15 +182,23 @@ class GroupRegistry:
         batch = b._store.batch() if own else batch
         h_meta = b._store.handle[K.CF_META]
         for tid in group.dirty:
-            batch.put(K.META_CURSOR + group.gid_bytes + K.tid_bytes(tid), group.cursor_value(tid),
-                      h_meta)
+            batch.put(
+                K.META_CURSOR + group.gid_bytes + K.tid_bytes(tid), group.cursor_value(tid), h_meta
+            )
         group.dirty.clear()
         group.last_commit = time.monotonic()
         if own:
             b._store.write(batch, lazy=True)
 
-    def nack(self, group: ConsumerGroup, receipt: bytes, delay_ms: int | None,
-             reason: str | None, dead: bool, attempt: bool = True) -> bool:
+    def nack(
+        self,
+        group: ConsumerGroup,
+        receipt: bytes,
+        delay_ms: int | None,
+        reason: str | None,
+        dead: bool,
+        attempt: bool = True,
+    ) -> bool:
         with group.lock:
             flight = group.drop_flight(receipt)
             if flight is None:
@@ -203,8 +216,15 @@ class GroupRegistry:
             self._maybe_kick_deadline(group)
         return extended
 
-    def redeliver(self, group: ConsumerGroup, flight: Flight, delay_ms: int | None,
-                  reason: str | None, dead: bool, may_die: bool = True) -> None:
+    def redeliver(
+        self,
+        group: ConsumerGroup,
+        flight: Flight,
+        delay_ms: int | None,
+        reason: str | None,
+        dead: bool,
+        may_die: bool = True,
+    ) -> None:
         """Send an in-flight message to the group's retry topic or its DLQ (group lock held);
         with ``may_die`` false it goes to the retry topic whatever its attempts."""
         b = self._broker
@@ -279,8 +299,9 @@ class GroupRegistry:
                 soonest = nd
         return soonest
 
-    def stats(self, dead_of: dict[str, int]) -> tuple[dict[str, GroupStats], dict[int, int],
-                                                       dict[int, int]]:
+    def stats(
+        self, dead_of: dict[str, int]
+    ) -> tuple[dict[str, GroupStats], dict[int, int], dict[int, int]]:
         """Per group counters (``dead_of`` maps a group to its dead-letter count), and
         per topic id the ready and in-flight counts summed over groups."""
         out = {}
@@ -288,9 +309,12 @@ class GroupRegistry:
         inflight: dict[int, int] = {}
         for name, g in list(self.groups.items()):
             with g.lock:
-                out[name] = GroupStats(ready=max(sum(g.ready.values()), 0),
-                                       inflight=len(g.inflight), dead=dead_of.get(name, 0),
-                                       acked_total=g.acked_total)
+                out[name] = GroupStats(
+                    ready=max(sum(g.ready.values()), 0),
+                    inflight=len(g.inflight),
+                    dead=dead_of.get(name, 0),
+                    acked_total=g.acked_total,
+                )
                 for tid, n in g.ready.items():
                     ready[tid] = ready.get(tid, 0) + max(n, 0)
                 for receipt in g.inflight:

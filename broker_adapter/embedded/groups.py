@@ -177,8 +177,11 @@ class ConsumerGroup:
 
     def held_by(self, consumer: EmbeddedConsumer) -> list[Flight]:
         """Views of the messages ``consumer`` holds."""
-        return [Flight(r, rec, pull) for r, (rec, pull) in self.inflight.items()
-                if pull.consumer is consumer]
+        return [
+            Flight(r, rec, pull)
+            for r, (rec, pull) in self.inflight.items()
+            if pull.consumer is consumer
+        ]
 
     def next_deadline(self) -> int | None:
         """The earliest invisible-time deadline (possibly of messages acked since)."""
@@ -269,9 +272,20 @@ class EmbeddedConsumer(Consumer):
                 receipts.append(receipt)
                 records.append(data)
                 held_bytes += size
-                out.append(ReceivedMessage(raw.hex(), names[(raw[14] << 8) | raw[15]], body,
-                                           due, born, attempts + 1, receipt, key, tags,
-                                           props or NO_PROPERTIES))
+                out.append(
+                    ReceivedMessage(
+                        raw.hex(),
+                        names[(raw[14] << 8) | raw[15]],
+                        body,
+                        due,
+                        born,
+                        attempts + 1,
+                        receipt,
+                        key,
+                        tags,
+                        props or NO_PROPERTIES,
+                    )
+                )
                 taken += 1
             if taken:
                 group.cursors[tid] = receipts[-1] + b"\x00"
@@ -312,8 +326,9 @@ class EmbeddedConsumer(Consumer):
         """See :meth:`broker_adapter.base.Consumer.release`."""
         check_release_delay(delay_ms)
         self._check()
-        return self._broker._groups.nack(self._group, message.receipt, delay_ms, None,
-                                         dead=False, attempt=False)
+        return self._broker._groups.nack(
+            self._group, message.receipt, delay_ms, None, dead=False, attempt=False
+        )
 
     def close(self) -> None:
         """See :meth:`broker_adapter.base.Consumer.close`."""

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from broker_adapter.embedded.groups import ConsumerGroup
 
 
-
 class MessageQuery:
     """Answers ``query`` and ``pending`` for an :class:`EmbeddedBroker`."""
 
@@ -28,8 +27,9 @@ class MessageQuery:
         self._broker = broker
         self._store = broker._store
 
-    def _view(self, msg_id: str, record: bytes, state: MessageState, **extra: object
-              ) -> MessageView:
+    def _view(
+        self, msg_id: str, record: bytes, state: MessageState, **extra: object
+    ) -> MessageView:
         rec = Record(record)
         fields: dict[str, object] = {
             "msg_id": msg_id,
@@ -69,8 +69,9 @@ class MessageQuery:
         except DecodeError:
             return None
 
-    def _fired_view(self, msg_id: str, raw: bytes, tid: int, wkey: bytes, record: bytes
-                    ) -> MessageView:
+    def _fired_view(
+        self, msg_id: str, raw: bytes, tid: int, wkey: bytes, record: bytes
+    ) -> MessageView:
         broker = self._broker
         groups: dict[str, MessageState] = {}
         attempts = 0
@@ -89,8 +90,9 @@ class MessageQuery:
             extra["deliver_at_ms"] = deliver_at
         return self._view(msg_id, record, state, **extra)
 
-    def _group_state(self, group: ConsumerGroup, raw: bytes, tid: int, wkey: bytes
-                     ) -> tuple[MessageState, int, str | None, int | None]:
+    def _group_state(
+        self, group: ConsumerGroup, raw: bytes, tid: int, wkey: bytes
+    ) -> tuple[MessageState, int, str | None, int | None]:
         """(state, deliveries so far, last error, retry due time) of one group."""
         cf = self._store.cf
         note = cf[K.CF_CONSUME].get(group.gid_bytes + raw)
@@ -113,8 +115,9 @@ class MessageQuery:
             state = group.state_of(group.retry_tid, ready_key)
             return state, tries + (0 if state is MessageState.READY else 1), why, None
 
-    def pending(self, topic: str | None, start_ms: int | None, end_ms: int | None, limit: int
-                ) -> list[MessageView]:
+    def pending(
+        self, topic: str | None, start_ms: int | None, end_ms: int | None, limit: int
+    ) -> list[MessageView]:
         """Pending messages in due order, filtered by topic and ``[start_ms, end_ms)``."""
         broker = self._broker
         tid = None

@@ -90,7 +90,7 @@ class Retention:
         name = self._b._topic_names.get(tid, "")
         for system in ("%RETRY%", "%DLQ%"):
             if name.startswith(system):
-                group = self._b._groups.groups.get(name[len(system):])
+                group = self._b._groups.groups.get(name[len(system) :])
                 return None if group is None else group.gid_bytes
         return None
 
@@ -113,7 +113,7 @@ class Retention:
         first_wkey = b"\x00\x00" + raw[:14]  # the id is time(6) seq(8) tid(2)
         if wkey != first_wkey:
             return  # a retry's copy: the first send's record decides
-        index = raw[14:16] + record[HEAD_SIZE:HEAD_SIZE + klen]
+        index = raw[14:16] + record[HEAD_SIZE : HEAD_SIZE + klen]
         entry = self._b._store.cf[K.CF_KEYS].get(index)
         if entry is not None and entry[:16] == first_wkey:
             batch.delete(index, self._b._store.handle[K.CF_KEYS])

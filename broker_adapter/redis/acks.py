@@ -34,8 +34,7 @@ class AckBatcher:
         self._closed = False
         self.log = logging.getLogger("chronoq.broker_adapter.AckBatcher")
         self.log.addHandler(logging.NullHandler())
-        self._thread = threading.Thread(target=self._run, name="chronoq-redis-acks",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="chronoq-redis-acks", daemon=True)
         self._thread.start()
 
     def add(self, shard: int, group: str, n: bytes, deliveries: bytes) -> None:
@@ -66,9 +65,12 @@ class AckBatcher:
                 for s, g, n, att in batch:
                     per.setdefault(g, {}).setdefault(s, []).extend((n, att))
                 for g, shards in per.items():  # one call per group (per master on a cluster)
-                    b.scripts.fan("ack_batch", [b.due_keys[s] for s in shards], (g,),
-                                  [(b.bases[s], len(pairs) // 2, *pairs)
-                                   for s, pairs in shards.items()])
+                    b.scripts.fan(
+                        "ack_batch",
+                        [b.due_keys[s] for s in shards],
+                        (g,),
+                        [(b.bases[s], len(pairs) // 2, *pairs) for s, pairs in shards.items()],
+                    )
 
     def close(self) -> None:
         """Write what is queued, then stop the thread."""
@@ -79,8 +81,9 @@ class AckBatcher:
         try:
             self.flush()
         except Exception:
-            self.log.warning("acks lost at close; their messages will be redelivered",
-                             exc_info=True)
+            self.log.warning(
+                "acks lost at close; their messages will be redelivered", exc_info=True
+            )
 
     def _run(self) -> None:
         while True:
@@ -94,5 +97,6 @@ class AckBatcher:
             try:
                 self.flush()
             except Exception:
-                self.log.warning("writing acks failed; their messages will be redelivered",
-                                 exc_info=True)
+                self.log.warning(
+                    "writing acks failed; their messages will be redelivered", exc_info=True
+                )

@@ -57,8 +57,11 @@ from broker_adapter.results import (
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_DELAY_MS = 10 * 366 * 24 * 3600 * 1000
 DEFAULT_RETENTION_MS = 72 * 3600 * 1000
-_ABORT = {b"A": AbortStatus.ABORTED, b"D": AbortStatus.ALREADY_DELIVERED,
-          b"N": AbortStatus.NOT_FOUND}
+_ABORT = {
+    b"A": AbortStatus.ABORTED,
+    b"D": AbortStatus.ALREADY_DELIVERED,
+    b"N": AbortStatus.NOT_FOUND,
+}
 
 
 class RedisBroker(BrokerAdapter):
@@ -96,9 +99,13 @@ class RedisBroker(BrokerAdapter):
     ) -> None:
         if shards is None:
             shards = K.DEFAULT_SHARDS if isinstance(client, redis.RedisCluster) else K.SINGLE_SHARDS
-        for name, value in (("shards", shards), ("max_body_bytes", max_body_bytes),
-                            ("max_delay_ms", max_delay_ms), ("retention_ms", retention_ms),
-                            ("fire_chunk", fire_chunk)):
+        for name, value in (
+            ("shards", shards),
+            ("max_body_bytes", max_body_bytes),
+            ("max_delay_ms", max_delay_ms),
+            ("retention_ms", retention_ms),
+            ("fire_chunk", fire_chunk),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise InvalidArgument(f"{name} must be a positive int, got {value!r}")
         if shards > K.MAX_SHARDS:
@@ -181,8 +188,7 @@ class RedisBroker(BrokerAdapter):
         """Tell pulls here and in every other process that ``shards`` have news."""
         self.notify_ready(shards)
         try:
-            self.client.publish(self.ready_channel,
-                                f"{self.origin}:{','.join(map(str, shards))}")
+            self.client.publish(self.ready_channel, f"{self.origin}:{','.join(map(str, shards))}")
         except redis.RedisError:
             self.log.warning("could not publish ready news", exc_info=True)
 
@@ -234,8 +240,11 @@ class RedisBroker(BrokerAdapter):
             at = m.deliver_at_ms
             due = max(now, at) if at is not None else m.deliver_at(now)
             if due > limit:
-                raise InvalidDelay("delay", due - now,
-                                   f"due after the broker's max delay of {self.max_delay_ms} ms")
+                raise InvalidDelay(
+                    "delay",
+                    due - now,
+                    f"due after the broker's max delay of {self.max_delay_ms} ms",
+                )
             dues.append(due)
             key = m.key
             if key is None:
@@ -250,12 +259,26 @@ class RedisBroker(BrokerAdapter):
             entry[0].append(i)
             if key is None:
                 entry[1][m.topic] = entry[1].get(m.topic, 0) + 1
-                entry[2].append(b"%015d-" % due + pack(
-                    (m.topic, due, now, "", m.tags or "", props, m.body, due)))
+                entry[2].append(
+                    b"%015d-" % due
+                    + pack((m.topic, due, now, "", m.tags or "", props, m.body, due))
+                )
             else:
-                entry[2].append(b"%015dk" % due + pack(
-                    (m.topic, due, now, key, m.tags or "", props, m.body,
-                     at if at is not None else due)))
+                entry[2].append(
+                    b"%015dk" % due
+                    + pack(
+                        (
+                            m.topic,
+                            due,
+                            now,
+                            key,
+                            m.tags or "",
+                            props,
+                            m.body,
+                            at if at is not None else due,
+                        )
+                    )
+                )
         shards = list(per_shard)
         groups: list[list[Any]] = []
         for s in shards:
@@ -266,8 +289,9 @@ class RedisBroker(BrokerAdapter):
             group += records
             groups.append(group)
         with redis_errors("send"):
-            replies = self.scripts.fan("send", [self.due_keys[s] for s in shards],
-                                       (self.wake_channel,), groups)
+            replies = self.scripts.fan(
+                "send", [self.due_keys[s] for s in shards], (self.wake_channel,), groups
+            )
         results: list[SendResult] = [None] * len(messages)  # type: ignore[list-item]
         ok, duplicate = SendStatus.OK, SendStatus.DUPLICATE
         for s, (last, wake, dups) in zip(shards, replies, strict=True):
@@ -280,8 +304,9 @@ class RedisBroker(BrokerAdapter):
                     n += 1
                     results[i] = SendResult(ok, f"{s}-{n}", dues[i])
                 else:
-                    results[i] = SendResult(duplicate, f"{s}-{dups[k + 1].decode()}",
-                                            int(dups[k + 2]))
+                    results[i] = SendResult(
+                        duplicate, f"{s}-{dups[k + 1].decode()}", int(dups[k + 2])
+                    )
             if wake >= 0:
                 self.firer.note_due(s, wake)
         return results
@@ -320,8 +345,8 @@ class RedisBroker(BrokerAdapter):
             shard, target, mode = K.key_shard(topic, key, count), f"{topic}\0{key}", "key"
         with redis_errors("abort"):
             status, n = self.scripts.call(
-                "abort", self.due_keys[shard], (self.bases[shard], mode, target,
-                                                self.retention_ms))
+                "abort", self.due_keys[shard], (self.bases[shard], mode, target, self.retention_ms)
+            )
         if not n:
             return AbortResult(AbortStatus.NOT_FOUND, None)
         return AbortResult(_ABORT[status], K.make_id(shard, n.decode()))
@@ -367,8 +392,10 @@ class RedisBroker(BrokerAdapter):
         self.check_open()
         lo = "-inf" if start_ms is None else str(int(start_ms))
         hi = "+inf" if end_ms is None else str(int(end_ms))
-        calls: list[Call] = [("pending", key, (base, lo, hi, limit, topic or ""))
-                             for base, key in zip(self.bases, self.due_keys, strict=True)]
+        calls: list[Call] = [
+            ("pending", key, (base, lo, hi, limit, topic or ""))
+            for base, key in zip(self.bases, self.due_keys, strict=True)
+        ]
         with redis_errors("pending"):
             self.acks.flush()
             replies = self.scripts.pipeline(calls)
@@ -401,17 +428,32 @@ class RedisBroker(BrokerAdapter):
         max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     ) -> Consumer:
         """See :meth:`BrokerAdapter.consumer`."""
-        names = check_consumer_args(group, topics, invisible_ms=invisible_ms,
-                                    max_attempts=max_attempts, max_inflight=max_inflight,
-                                    max_inflight_bytes=max_inflight_bytes)
+        names = check_consumer_args(
+            group,
+            topics,
+            invisible_ms=invisible_ms,
+            max_attempts=max_attempts,
+            max_inflight=max_inflight,
+            max_inflight_bytes=max_inflight_bytes,
+        )
         self.check_open()
         subscribed = (*names, retry_topic(group))
         with redis_errors("consumer"):
-            self.scripts.pipeline([("register", key, (base, group, *subscribed))
-                                   for base, key in zip(self.bases, self.due_keys, strict=True)])
-        c = RedisConsumer(self, group, names, invisible_ms=invisible_ms,
-                          max_attempts=max_attempts, max_inflight=max_inflight,
-                          max_inflight_bytes=max_inflight_bytes)
+            self.scripts.pipeline(
+                [
+                    ("register", key, (base, group, *subscribed))
+                    for base, key in zip(self.bases, self.due_keys, strict=True)
+                ]
+            )
+        c = RedisConsumer(
+            self,
+            group,
+            names,
+            invisible_ms=invisible_ms,
+            max_attempts=max_attempts,
+            max_inflight=max_inflight,
+            max_inflight_bytes=max_inflight_bytes,
+        )
         self._consumers.add(c)
         return c
 

@@ -73,7 +73,8 @@ def sentinel_client(url: str, rest: str, params: dict[str, str]) -> Any:
             raise InvalidArgument(f"bad sentinel address {part!r} in {url!r}") from e
     if not hosts or not service:
         raise InvalidArgument(
-            f"{url!r}: use redis+sentinel://host:port[,host:port...]/service_name[/db]")
+            f"{url!r}: use redis+sentinel://host:port[,host:port...]/service_name[/db]"
+        )
     kwargs: dict[str, Any] = dict(TIMEOUTS)
     sentinel_kwargs: dict[str, Any] = dict(TIMEOUTS)
     if "sentinel_password" in params:
@@ -88,5 +89,6 @@ def sentinel_client(url: str, rest: str, params: dict[str, str]) -> Any:
     for name, value in params.items():
         kwargs[name] = float(value) if name.endswith("timeout") else value
     sentinel: Any = Sentinel(  # type: ignore[no-untyped-call]
-        sentinels, sentinel_kwargs=sentinel_kwargs, **TIMEOUTS)
+        sentinels, sentinel_kwargs=sentinel_kwargs, **TIMEOUTS
+    )
     return sentinel.master_for(service, **kwargs)

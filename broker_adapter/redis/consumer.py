@@ -44,9 +44,17 @@ def _text(value: Any) -> str | None:
 class RedisConsumer(Consumer):
     """A member of consumer ``group`` on ``topics``; see :meth:`BrokerAdapter.consumer`."""
 
-    def __init__(self, broker: RedisBroker, group: str, topics: tuple[str, ...], *,
-                 invisible_ms: int, max_attempts: int, max_inflight: int,
-                 max_inflight_bytes: int) -> None:
+    def __init__(
+        self,
+        broker: RedisBroker,
+        group: str,
+        topics: tuple[str, ...],
+        *,
+        invisible_ms: int,
+        max_attempts: int,
+        max_inflight: int,
+        max_inflight_bytes: int,
+    ) -> None:
         self._b = broker
         self.group = group
         self.topics = topics
@@ -127,8 +135,11 @@ class RedisConsumer(Consumer):
             shares = dict.fromkeys(shards, max(1, room // len(shards)))
         with redis_errors("pull"):
             replies = b.scripts.fan(
-                "claim", [b.due_keys[s] for s in shares], (self.group, deadline, b.retention_ms),
-                [(b.bases[s], n) for s, n in shares.items()])
+                "claim",
+                [b.due_keys[s] for s in shares],
+                (self.group, deadline, b.retention_ms),
+                [(b.bases[s], n) for s, n in shares.items()],
+            )
         rows: list[tuple[int, int, int, list[Any]]] = []
         bound = None
         with self._lock:
@@ -148,16 +159,23 @@ class RedisConsumer(Consumer):
         total = self._held_bytes
         for score, s, _n, row in rows:
             size = len(row[2]) + (len(row[7]) if row[7] else 0)
-            if len(keep) >= room or (bound is not None and score > bound) or (
-                    keep and total + size > self.max_inflight_bytes):
+            if (
+                len(keep) >= room
+                or (bound is not None and score > bound)
+                or (keep and total + size > self.max_inflight_bytes)
+            ):
                 back.setdefault(s, []).extend((row[0], b"%d:%d" % (row[8], row[10]), score))
                 continue
             total += size
             keep.append((s, row))
         if back:
             with redis_errors("pull"):
-                b.scripts.pipeline([("release", b.due_keys[s], (b.bases[s], self.group, *triples))
-                                    for s, triples in back.items()])
+                b.scripts.pipeline(
+                    [
+                        ("release", b.due_keys[s], (b.bases[s], self.group, *triples))
+                        for s, triples in back.items()
+                    ]
+                )
             self.mark(back)
         names = b.topic_names
         out: list[ReceivedMessage] = []
@@ -168,9 +186,20 @@ class RedisConsumer(Consumer):
                 self._held[receipt] = (deadline, size)
                 self._held_bytes += size
                 tname = names.get(topic) or names.setdefault(topic, topic.decode())
-                out.append(ReceivedMessage(
-                    f"{s}-{n.decode()}", tname, body, due, born, att, receipt, _text(key),
-                    _text(tags), json.loads(props) if props else NO_PROPERTIES))
+                out.append(
+                    ReceivedMessage(
+                        f"{s}-{n.decode()}",
+                        tname,
+                        body,
+                        due,
+                        born,
+                        att,
+                        receipt,
+                        _text(key),
+                        _text(tags),
+                        json.loads(props) if props else NO_PROPERTIES,
+                    )
+                )
         for s in {s for s, _ in keep}:
             b.firer.note_deadline(s, deadline)
         return out
@@ -182,10 +211,15 @@ class RedisConsumer(Consumer):
         returns (the excess goes back), so the peek reads no sizes."""
         b = self._b
         with redis_errors("pull"):
-            peeks = b.scripts.fan("peek", [b.due_keys[s] for s in shards], (self.group, room),
-                                  [(b.bases[s],) for s in shards])
-        heads = sorted((score, s) for s, scores in zip(shards, peeks, strict=True)
-                       for score in scores)
+            peeks = b.scripts.fan(
+                "peek",
+                [b.due_keys[s] for s in shards],
+                (self.group, room),
+                [(b.bases[s],) for s in shards],
+            )
+        heads = sorted(
+            (score, s) for s, scores in zip(shards, peeks, strict=True) for score in scores
+        )
         if len(heads) < room:
             self._backlog = False
         shares: dict[int, int] = {}
@@ -213,7 +247,8 @@ class RedisConsumer(Consumer):
         with self._lock:
             entry = self._held.pop(receipt, None)
             full = len(self._held) + 1 >= self.max_inflight or (
-                self._held_bytes >= self.max_inflight_bytes)
+                self._held_bytes >= self.max_inflight_bytes
+            )
             if entry is not None:
                 self._held_bytes -= entry[1]
         if entry is not None and full:
@@ -233,8 +268,9 @@ class RedisConsumer(Consumer):
             return True
         with redis_errors("ack"):
             b.acks.flush()
-            acked = b.scripts.fan("ack_batch", [b.due_keys[s]], (self.group,),
-                                  [(b.bases[s], 1, n, att)])
+            acked = b.scripts.fan(
+                "ack_batch", [b.due_keys[s]], (self.group,), [(b.bases[s], 1, n, att)]
+            )
             return bool(acked[0])
 
     def nack(
@@ -263,9 +299,13 @@ class RedisConsumer(Consumer):
         deadline = b.now_ms() + invisible_ms
         with redis_errors("extend"):
             b.acks.flush()
-            extended = bool(b.scripts.call("extend", b.due_keys[s],
-                                           (b.bases[s], self.group, n, att, deadline,
-                                            b.retention_ms)))
+            extended = bool(
+                b.scripts.call(
+                    "extend",
+                    b.due_keys[s],
+                    (b.bases[s], self.group, n, att, deadline, b.retention_ms),
+                )
+            )
         if extended:
             with self._lock:
                 entry = self._held.get(receipt)
@@ -284,8 +324,14 @@ class RedisConsumer(Consumer):
         self._check()
         return self._give_back(message.receipt, delay_ms, None, dead=False, counts=False)
 
-    def _give_back(self, receipt: bytes, delay_ms: int | None, reason: str | None,
-                   dead: bool, counts: bool = True) -> bool:
+    def _give_back(
+        self,
+        receipt: bytes,
+        delay_ms: int | None,
+        reason: str | None,
+        dead: bool,
+        counts: bool = True,
+    ) -> bool:
         parsed = self._settle(receipt)
         if parsed is None:
             return False
@@ -294,9 +340,21 @@ class RedisConsumer(Consumer):
         if delay_ms is None:
             delay_ms = retry_backoff_ms(int(att.split(b":", 1)[0]))
         now = b.now_ms()
-        args = (b.bases[s], self.group, n, att, now, delay_ms, self.max_attempts,
-                (reason or "")[:4096], 1 if dead else 0, b.wake_channel, s, b.retention_ms,
-                0 if counts else 1)
+        args = (
+            b.bases[s],
+            self.group,
+            n,
+            att,
+            now,
+            delay_ms,
+            self.max_attempts,
+            (reason or "")[:4096],
+            1 if dead else 0,
+            b.wake_channel,
+            s,
+            b.retention_ms,
+            0 if counts else 1,
+        )
         with redis_errors("nack"):
             b.acks.flush()
             outcome = b.scripts.call("nack", b.due_keys[s], args)
@@ -321,8 +379,9 @@ class RedisConsumer(Consumer):
             try:
                 self._give_back(receipt, 0, "consumer closed", dead=False)
             except Exception:  # closing must not fail; invisible time brings them back
-                b.log.warning("could not release %r of group %s", receipt, self.group,
-                              exc_info=True)
+                b.log.warning(
+                    "could not release %r of group %s", receipt, self.group, exc_info=True
+                )
 
     def __repr__(self) -> str:
         return f"<RedisConsumer group={self.group!r} topics={self.topics!r}>"

@@ -34,8 +34,9 @@ class Firer:
         that is due, so under load one pass serves many shards).
     """
 
-    def __init__(self, broker: RedisBroker, chunk: int = 1000, sweep_s: float = 1.0,
-                 tick_ms: int = 1) -> None:
+    def __init__(
+        self, broker: RedisBroker, chunk: int = 1000, sweep_s: float = 1.0, tick_ms: int = 1
+    ) -> None:
         self._b = broker
         self._chunk = chunk
         self._sweep_s = sweep_s
@@ -137,10 +138,17 @@ class Firer:
             b.acks.flush()
         try:
             results = b.scripts.fan(
-                "fire", [b.due_keys[s] for s in shards],
-                (now, self._chunk, b.retention_ms, b.ready_channel if self._publish else "",
-                 b.origin),
-                [(b.bases[s], s, 1 if scan else 0) for s, scan in zip(shards, scans, strict=True)])
+                "fire",
+                [b.due_keys[s] for s in shards],
+                (
+                    now,
+                    self._chunk,
+                    b.retention_ms,
+                    b.ready_channel if self._publish else "",
+                    b.origin,
+                ),
+                [(b.bases[s], s, 1 if scan else 0) for s, scan in zip(shards, scans, strict=True)],
+            )
         except Exception:
             with self._cond:  # look at them again next time
                 for s, scan in zip(shards, scans, strict=True):
@@ -181,8 +189,9 @@ class Firer:
                     soonest = max(soonest, started + self._tick_ms)
                     self._planned = soonest
                     if not self._kicked:
-                        timeout = min((soonest - now) / 1000,
-                                      self._sweep_s - (time.monotonic() - last_full))
+                        timeout = min(
+                            (soonest - now) / 1000, self._sweep_s - (time.monotonic() - last_full)
+                        )
                         if timeout > 0:
                             self._cond.wait(timeout)
                     self._kicked = False
@@ -208,8 +217,7 @@ class Listener:
         self._pubsub: Any = None
         self.log = logging.getLogger("chronoq.broker_adapter.Listener")
         self.log.addHandler(logging.NullHandler())
-        self._thread = threading.Thread(target=self._run, name="chronoq-redis-listen",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="chronoq-redis-listen", daemon=True)
 
     def start(self) -> None:
         """Subscribe (before returning, so no news after this is missed) and start."""
@@ -258,8 +266,9 @@ class Listener:
             except Exception:
                 if self._closed:
                     return
-                self.log.warning("pub/sub listener lost its connection; resubscribing",
-                                 exc_info=True)
+                self.log.warning(
+                    "pub/sub listener lost its connection; resubscribing", exc_info=True
+                )
                 try:
                     if self._pubsub is not None:
                         self._pubsub.close()

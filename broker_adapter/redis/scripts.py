@@ -34,8 +34,19 @@ from broker_adapter.errors import BrokerError, ConnectionFailed
 log = logging.getLogger("chronoq.broker_adapter.RedisScripts")
 log.addHandler(logging.NullHandler())
 
-NAMES = ("send", "fire", "peek", "claim", "release", "nack", "abort", "register", "pending",
-         "extend", "ack_batch")
+NAMES = (
+    "send",
+    "fire",
+    "peek",
+    "claim",
+    "release",
+    "nack",
+    "abort",
+    "register",
+    "pending",
+    "extend",
+    "ack_batch",
+)
 
 #: Scripts whose shard loop must not run twice: a call that failed part way (a key of
 #: a shard that moved away) is not made again per shard.
@@ -116,8 +127,13 @@ class Scripts:
                 raise r
         return results
 
-    def fan(self, name: str, keys: Sequence[str], common: Sequence[Any],
-            per_shard: Sequence[Sequence[Any]]) -> list[Any]:
+    def fan(
+        self,
+        name: str,
+        keys: Sequence[str],
+        common: Sequence[Any],
+        per_shard: Sequence[Sequence[Any]],
+    ) -> list[Any]:
         """Run a script that loops over shard argument groups (``send``, ``fire``,
         ``claim``, ``peek``, ``ack_batch``): one call on one instance, one call per master on a
         cluster.
@@ -133,8 +149,13 @@ class Scripts:
         result: list[Any] = msgpack.unpackb(self.call(name, keys[0], (*common, *flat)), raw=True)
         return result
 
-    def _fan_by_node(self, name: str, keys: Sequence[str], common: Sequence[Any],
-                     per_shard: Sequence[Sequence[Any]]) -> list[Any]:
+    def _fan_by_node(
+        self,
+        name: str,
+        keys: Sequence[str],
+        common: Sequence[Any],
+        per_shard: Sequence[Sequence[Any]],
+    ) -> list[Any]:
         """On a cluster: one call per master for all of its shards (a script without a
         shebang may touch several slots of the node it runs on). A call that fails
         before it ran (slots moved, script cache lost, no connection) is made again one
@@ -143,15 +164,18 @@ class Scripts:
         for i, k in enumerate(keys):
             by_node.setdefault(self._client.get_node_from_key(k).name, []).append(i)
         groups = list(by_node.values())
-        calls: list[Call] = [(name, keys[g[0]], (*common, *(x for i in g for x in per_shard[i])))
-                             for g in groups]
+        calls: list[Call] = [
+            (name, keys[g[0]], (*common, *(x for i in g for x in per_shard[i]))) for g in groups
+        ]
         replies = self._direct(calls)
         out: list[Any] = [None] * len(keys)
         again: list[int] = []
         for g, reply in zip(groups, replies, strict=True):
             if isinstance(reply, ReplyLost) or (
-                    isinstance(reply, ResponseError) and name in WRITES_ONCE
-                    and not isinstance(reply, NOT_RUN)):
+                isinstance(reply, ResponseError)
+                and name in WRITES_ONCE
+                and not isinstance(reply, NOT_RUN)
+            ):
                 raise reply  # it may have run in part: going again could store twice
             if isinstance(reply, Exception):
                 log.info("per-node %s failed (%s); one call per shard instead", name, reply)
@@ -187,8 +211,11 @@ class Scripts:
                     out[i] = e
                 continue
             try:
-                conn.send_packed_command(conn.pack_commands(
-                    [("EVALSHA", SHAS[calls[i][0]], 1, calls[i][1], *calls[i][2]) for i in idx]))
+                conn.send_packed_command(
+                    conn.pack_commands(
+                        [("EVALSHA", SHAS[calls[i][0]], 1, calls[i][1], *calls[i][2]) for i in idx]
+                    )
+                )
                 sent.append((pool, conn, idx))
             except Exception as e:  # noqa: BLE001 - part may have been sent: never again
                 conn.disconnect()
@@ -218,8 +245,11 @@ class Scripts:
     def _run(self, calls: Sequence[Call]) -> list[Any]:
         if self.cluster:
             results = self._direct(calls)
-            again = [i for i, r in enumerate(results) if isinstance(r, Exception)
-                     and not isinstance(r, NoScriptError | ReplyLost)]
+            again = [
+                i
+                for i, r in enumerate(results)
+                if isinstance(r, Exception) and not isinstance(r, NoScriptError | ReplyLost)
+            ]
             if again:  # through the cluster client, which follows redirections
                 pipe = self._client.pipeline(transaction=False)
                 for i in again:

@@ -30,8 +30,9 @@ def _text(value: bytes | None) -> str | None:
     return value.decode(errors="replace") if value else None
 
 
-def build_view(msg_id: str, fields: Mapping[bytes, bytes], retry_due: Mapping[str, int],
-               body_size: int) -> MessageView | None:
+def build_view(
+    msg_id: str, fields: Mapping[bytes, bytes], retry_due: Mapping[str, int], body_size: int
+) -> MessageView | None:
     """The view of a message from its hash (``HGETALL``); ``retry_due`` maps a group
     whose retry is pending to its due time."""
     topic = fields.get(b"t")
@@ -132,15 +133,34 @@ def build_stats(hashes: Sequence[Mapping[bytes, bytes]]) -> BrokerStats:
     topic_names = set(pending) | set(fired) | {t for _, t in ready} | {t for _, t in inflight}
     group_names = set(acked) | set(dead) | {g for g, _ in ready} | {g for g, _ in inflight}
 
-    def total(table: Mapping[tuple[str, str], int], group: str | None = None,
-              topic: str | None = None) -> int:
-        return max(sum(v for (g, t), v in table.items()
-                       if (group is None or g == group) and (topic is None or t == topic)), 0)
+    def total(
+        table: Mapping[tuple[str, str], int], group: str | None = None, topic: str | None = None
+    ) -> int:
+        return max(
+            sum(
+                v
+                for (g, t), v in table.items()
+                if (group is None or g == group) and (topic is None or t == topic)
+            ),
+            0,
+        )
 
-    topics = {t: TopicStats(pending=max(pending.get(t, 0), 0), fired_total=fired.get(t, 0),
-                            ready=total(ready, topic=t), inflight=total(inflight, topic=t))
-              for t in topic_names}
-    groups = {g: GroupStats(ready=total(ready, group=g), inflight=total(inflight, group=g),
-                            dead=dead.get(g, 0), acked_total=acked.get(g, 0))
-              for g in group_names}
+    topics = {
+        t: TopicStats(
+            pending=max(pending.get(t, 0), 0),
+            fired_total=fired.get(t, 0),
+            ready=total(ready, topic=t),
+            inflight=total(inflight, topic=t),
+        )
+        for t in topic_names
+    }
+    groups = {
+        g: GroupStats(
+            ready=total(ready, group=g),
+            inflight=total(inflight, group=g),
+            dead=dead.get(g, 0),
+            acked_total=acked.get(g, 0),
+        )
+        for g in group_names
+    }
     return BrokerStats(topics=topics, groups=groups)

@@ -35,7 +35,8 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     The parser's default ``func`` is :func:`serve_main`.
     """
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "serve", help="serve one embedded broker to many processes over TCP")
+        "serve", help="serve one embedded broker to many processes over TCP"
+    )
     configure_parser(p)
     return p
 
@@ -44,39 +45,70 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     """Add the ``serve`` options to ``p``."""
     p.add_argument("--data-dir", required=True, help="the broker's RocksDB directory")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT,
-                   help="TCP port, 0 for a free one (default %(default)s)")
-    p.add_argument("--token", default=os.environ.get("CHRONOQ_TOKEN") or None,
-                   help="token clients must present (default: $CHRONOQ_TOKEN); required "
-                        "for a non-loopback --host")
-    p.add_argument("--metrics-port", type=int,
-                   help="serve Prometheus metrics on this port (same --host)")
-    p.add_argument("--durability", choices=["wal", "sync", "fast"], default="wal",
-                   help="the embedded broker's durability (default %(default)s)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help="TCP port, 0 for a free one (default %(default)s)",
+    )
+    p.add_argument(
+        "--token",
+        default=os.environ.get("CHRONOQ_TOKEN") or None,
+        help="token clients must present (default: $CHRONOQ_TOKEN); required "
+        "for a non-loopback --host",
+    )
+    p.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on this port (same --host)"
+    )
+    p.add_argument(
+        "--durability",
+        choices=["wal", "sync", "fast"],
+        default="wal",
+        help="the embedded broker's durability (default %(default)s)",
+    )
     p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS)
-    p.add_argument("--max-inflight", type=int, default=DEFAULT_MAX_INFLIGHT,
-                   help="unanswered requests per connection (default %(default)s)")
-    p.add_argument("--drain-timeout", type=float, default=10.0, metavar="S",
-                   help="seconds in-flight requests get on SIGTERM (default %(default)s)")
-    p.add_argument("--manual-clock", type=int, metavar="START_MS",
-                   help="TEST-ONLY: run on a manual clock from START_MS and accept the "
-                        "'advance' and 'reset' admin requests (reset empties the data dir)")
-    p.add_argument("--log-level", default="WARNING",
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument(
+        "--max-inflight",
+        type=int,
+        default=DEFAULT_MAX_INFLIGHT,
+        help="unanswered requests per connection (default %(default)s)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds in-flight requests get on SIGTERM (default %(default)s)",
+    )
+    p.add_argument(
+        "--manual-clock",
+        type=int,
+        metavar="START_MS",
+        help="TEST-ONLY: run on a manual clock from START_MS and accept the "
+        "'advance' and 'reset' admin requests (reset empties the data dir)",
+    )
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=serve_main)
 
 
 def serve_main(args: argparse.Namespace) -> int:
     """Run the server ``args`` describe until SIGTERM/SIGINT; the exit status."""
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     # Hand the GIL over sooner, so a busy thread does not delay a due delivery by 5 ms.
     sys.setswitchinterval(0.0005)
     try:
         server = BrokerServer(
-            args.data_dir, args.host, args.port, token=args.token,
-            manual_clock_ms=args.manual_clock, max_connections=args.max_connections,
-            max_inflight=args.max_inflight, broker_options={"durability": args.durability})
+            args.data_dir,
+            args.host,
+            args.port,
+            token=args.token,
+            manual_clock_ms=args.manual_clock,
+            max_connections=args.max_connections,
+            max_inflight=args.max_inflight,
+            broker_options={"durability": args.durability},
+        )
     except ChronoqError as e:
         sys.stderr.write(f"chronoq broker serve: {e}\n")
         return 2
@@ -95,8 +127,9 @@ def serve_main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     server.start()
-    sys.stdout.write(f"chronoq broker listening on {server.host}:{server.port} "
-                     f"node {server.node}\n")
+    sys.stdout.write(
+        f"chronoq broker listening on {server.host}:{server.port} node {server.node}\n"
+    )
     sys.stdout.flush()
     while not stop.wait(1.0):
         pass
@@ -107,7 +140,9 @@ def serve_main(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m broker_adapter.server [serve options]``."""
-    parser = argparse.ArgumentParser(prog="python -m broker_adapter.server",
-                                     description="serve one embedded chronoq broker over TCP")
+    parser = argparse.ArgumentParser(
+        prog="python -m broker_adapter.server",
+        description="serve one embedded chronoq broker over TCP",
+    )
     configure_parser(parser)
     return serve_main(parser.parse_args(argv))

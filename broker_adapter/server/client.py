@@ -90,16 +90,20 @@ class RemoteBroker(BrokerAdapter):
         retries: int = DEFAULT_RETRIES,
         connect_timeout_s: float = 3.0,
     ) -> None:
-        if isinstance(send_timeout_ms, bool) or not isinstance(send_timeout_ms, int) \
-                or send_timeout_ms < 1:
+        if (
+            isinstance(send_timeout_ms, bool)
+            or not isinstance(send_timeout_ms, int)
+            or send_timeout_ms < 1
+        ):
             raise InvalidArgument(f"send_timeout_ms must be an int >= 1, got {send_timeout_ms!r}")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise InvalidArgument(f"retries must be an int >= 0, got {retries!r}")
         pairs = parse_endpoints(endpoints) if isinstance(endpoints, str) else list(endpoints)
         if not pairs:
             raise InvalidArgument("a RemoteBroker needs at least one endpoint host:port")
-        self.endpoints = [Endpoint(i, h, p, token, connect_timeout_s)
-                          for i, (h, p) in enumerate(pairs)]
+        self.endpoints = [
+            Endpoint(i, h, p, token, connect_timeout_s) for i, (h, p) in enumerate(pairs)
+        ]
         self.multi = len(self.endpoints) > 1
         self.send_timeout_ms = send_timeout_ms
         self.retries = retries
@@ -189,8 +193,10 @@ class RemoteBroker(BrokerAdapter):
             if self.multi:  # latencies only matter when there is a choice
                 self.fault.update(index, (time.monotonic() - t0) * 1000)
             return ep, result
-        raise ConnectionFailed(f"{op} failed within {self.send_timeout_ms} ms and "
-                               f"{self.retries} retries: {last or 'timed out'}")
+        raise ConnectionFailed(
+            f"{op} failed within {self.send_timeout_ms} ms and "
+            f"{self.retries} retries: {last or 'timed out'}"
+        )
 
     def send(self, message: Message) -> SendResult:
         """See :meth:`BrokerAdapter.send`."""
@@ -209,8 +215,9 @@ class RemoteBroker(BrokerAdapter):
         ep, rs = self._send_sync(messages, "send_batch", {"ms": [encode(m) for m in messages]})
         return P.decode_results(rs, f"{ep.node}:" if self.multi else "")
 
-    def _submit_send(self, message: Message,
-                     done: Callable[[Endpoint | None, Any, BaseException | None], None]) -> None:
+    def _submit_send(
+        self, message: Message, done: Callable[[Endpoint | None, Any, BaseException | None], None]
+    ) -> None:
         """Start an async or one-way send; ``done(endpoint, wire result, error)``."""
         self._check_open()
         self._check_messages((message,))
@@ -229,8 +236,7 @@ class RemoteBroker(BrokerAdapter):
             raise MessageTooLarge(message.size(), link.max_body)
         self._callbacks.begin()
         try:
-            link.submit("send", {"m": P.encode_message(message)},
-                        lambda r, e: done(ep, r, e))
+            link.submit("send", {"m": P.encode_message(message)}, lambda r, e: done(ep, r, e))
         except ConnectionFailed as e:
             ep.drop()
             done(None, None, e)
@@ -240,6 +246,7 @@ class RemoteBroker(BrokerAdapter):
 
     def send_async(self, message: Message, callback: SendCallback) -> None:
         """See :meth:`BrokerAdapter.send_async` (not retried)."""
+
         def done(ep: Endpoint | None, r: Any, error: BaseException | None) -> None:
             result = None
             if error is None and ep is not None:
@@ -252,6 +259,7 @@ class RemoteBroker(BrokerAdapter):
 
     def send_oneway(self, message: Message) -> None:
         """See :meth:`BrokerAdapter.send_oneway` (not retried; errors are logged)."""
+
         def done(ep: Endpoint | None, r: Any, error: BaseException | None) -> None:
             if error is not None:
                 log.warning("one-way send to topic %s failed: %s", message.topic, error)
@@ -269,8 +277,9 @@ class RemoteBroker(BrokerAdapter):
 
     # -- aborting and reading ---------------------------------------------------------------
 
-    def _call(self, ep: Endpoint, op: str, args: dict[str, Any],
-              timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
+    def _call(
+        self, ep: Endpoint, op: str, args: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S
+    ) -> Any:
         try:
             return ep.link(self._check_open).call(op, args, timeout_s)
         except ConnectionFailed:
@@ -294,9 +303,10 @@ class RemoteBroker(BrokerAdapter):
         for ep, raw in targets:
             args = {"id": raw} if msg_id is not None else {"key": key, "topic": topic}
             status, mid = self._call(ep, "abort", args)
-            result = AbortResult(AbortStatus(status),
-                                 msg_id if msg_id is not None else
-                                 (None if mid is None else self.tag(ep, mid)))
+            result = AbortResult(
+                AbortStatus(status),
+                msg_id if msg_id is not None else (None if mid is None else self.tag(ep, mid)),
+            )
             if _ABORT_RANK[result.status] < _ABORT_RANK[best.status]:
                 best = result
             if best.status is AbortStatus.ABORTED:
@@ -326,8 +336,9 @@ class RemoteBroker(BrokerAdapter):
         self._check_open()
         views: list[MessageView] = []
         for ep in self.endpoints:
-            got = self._call(ep, "pending", {"topic": topic, "start": start_ms, "end": end_ms,
-                                              "limit": limit})
+            got = self._call(
+                ep, "pending", {"topic": topic, "start": start_ms, "end": end_ms, "limit": limit}
+            )
             prefix = f"{ep.node}:" if self.multi else ""
             views.extend(P.decode_view(v, prefix) for v in got)
         if self.multi:
@@ -346,8 +357,10 @@ class RemoteBroker(BrokerAdapter):
                     acc = into.setdefault(name, [0, 0, 0, 0])
                     for i, v in enumerate(values):
                         acc[i] += v
-        return BrokerStats(topics={n: TopicStats(*v) for n, v in topics.items()},
-                           groups={n: GroupStats(*v) for n, v in groups.items()})
+        return BrokerStats(
+            topics={n: TopicStats(*v) for n, v in topics.items()},
+            groups={n: GroupStats(*v) for n, v in groups.items()},
+        )
 
     def consumer(
         self,
@@ -364,9 +377,14 @@ class RemoteBroker(BrokerAdapter):
         from broker_adapter.server.consumer import RemoteConsumer
 
         self._check_open()
-        options = {"group": group, "topics": list(topics), "invisible_ms": invisible_ms,
-                   "max_attempts": max_attempts, "max_inflight": max_inflight,
-                   "max_inflight_bytes": max_inflight_bytes}
+        options = {
+            "group": group,
+            "topics": list(topics),
+            "invisible_ms": invisible_ms,
+            "max_attempts": max_attempts,
+            "max_inflight": max_inflight,
+            "max_inflight_bytes": max_inflight_bytes,
+        }
         consumer = RemoteConsumer(self, options)
         with self._lock:
             self._consumers.add(consumer)
@@ -400,4 +418,3 @@ class RemoteBroker(BrokerAdapter):
             self._callbacks.close()
             for ep in self.endpoints:
                 ep.drop()
-

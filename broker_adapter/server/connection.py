@@ -58,8 +58,9 @@ class Connection:
         self._parked = 0  # long polls waiting on the pull pool
         self._busy_lock = threading.Condition(threading.Lock())
         self.closed = False
-        self.thread = threading.Thread(target=self._run, name=f"chronoq-conn-{self.id}",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self._run, name=f"chronoq-conn-{self.id}", daemon=True
+        )
 
     @property
     def busy(self) -> bool:
@@ -127,13 +128,22 @@ class Connection:
         expected = self.server.token
         if expected is not None and not (
             isinstance(token, str)
-            and hmac.compare_digest(token.encode("utf-8", "surrogatepass"),
-                                    expected.encode("utf-8", "surrogatepass"))):
+            and hmac.compare_digest(
+                token.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+            )
+        ):
             self.server.metrics.auth_failed()
-            log.warning("connection %d from %s: wrong or missing token; closing it",
-                        self.id, self.peer)
-            self.write(P.error_response(req.rid, AuthenticationFailed(
-                "the broker server refused the token; pass ?token=... or set CHRONOQ_TOKEN")))
+            log.warning(
+                "connection %d from %s: wrong or missing token; closing it", self.id, self.peer
+            )
+            self.write(
+                P.error_response(
+                    req.rid,
+                    AuthenticationFailed(
+                        "the broker server refused the token; pass ?token=... or set CHRONOQ_TOKEN"
+                    ),
+                )
+            )
             return False
         self.write(P.response(req.rid, self.server.hello_info()))
         return True
@@ -200,8 +210,9 @@ class Connection:
                 for _ in reqs:
                     metrics.request("send")
                 encode = P.encode_result
-                return [P.response(r.rid, encode(res)) for r, res in zip(reqs, results,
-                                                                          strict=True)]
+                return [
+                    P.response(r.rid, encode(res)) for r, res in zip(reqs, results, strict=True)
+                ]
         return [_frame(r.rid, self.execute(handlers, "send", r.args)) for r in reqs]
 
     def execute(self, handlers: Handlers, op: str, args: dict[str, Any]) -> tuple[bool, Any]:
@@ -212,8 +223,10 @@ class Connection:
         self.server.metrics.request(op)
         try:
             if op == "batch":
-                return True, [_batch_item(self.execute(handlers, *self._member(m)))
-                              for m in handlers_arg_list(args)]
+                return True, [
+                    _batch_item(self.execute(handlers, *self._member(m)))
+                    for m in handlers_arg_list(args)
+                ]
             if op in ("hello", "reset"):
                 if op == "reset":
                     self.server.reset(self, args)
@@ -230,8 +243,13 @@ class Connection:
 
     @staticmethod
     def _member(m: Any) -> tuple[str, dict[str, Any]]:
-        if (type(m) is not list or len(m) != 2 or m[0] not in P.OPS or m[0] == "batch"
-                or type(m[1]) is not dict):
+        if (
+            type(m) is not list
+            or len(m) != 2
+            or m[0] not in P.OPS
+            or m[0] == "batch"
+            or type(m[1]) is not dict
+        ):
             raise P.ProtocolError("a batch member is [op, args] (no nested batch)")
         return m[0], m[1]
 

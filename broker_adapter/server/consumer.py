@@ -131,8 +131,7 @@ class RemoteConsumer(Consumer):
             remaining = max(0, int((deadline - time.monotonic()) * 1000))
             try:
                 if n == 1:
-                    got = self._pull_from(endpoints[0], max_messages, min(remaining,
-                                                                          POLL_SLICE_MS))
+                    got = self._pull_from(endpoints[0], max_messages, min(remaining, POLL_SLICE_MS))
                     if got or remaining <= POLL_SLICE_MS:
                         return got
                     continue
@@ -154,8 +153,11 @@ class RemoteConsumer(Consumer):
         endpoints = self._broker.endpoints
         n = len(endpoints)
         now = time.monotonic()
-        live = [endpoints[(self._turn + i) % n] for i in range(n)
-                if self._down.get((self._turn + i) % n, (0.0, 0.0))[0] <= now]
+        live = [
+            endpoints[(self._turn + i) % n]
+            for i in range(n)
+            if self._down.get((self._turn + i) % n, (0.0, 0.0))[0] <= now
+        ]
         if not live:
             raise ConnectionFailed("no endpoint of this consumer can be reached")
         self._turn = (self._turn + 1) % n
@@ -164,8 +166,9 @@ class RemoteConsumer(Consumer):
                 try:
                     got = self._pull_from(ep, max_messages, wait)
                 except ConnectionFailed:
-                    backoff = min(self._down.get(ep.index, (0.0, BACKOFF_START_S / 2))[1] * 2,
-                                  BACKOFF_MAX_S)
+                    backoff = min(
+                        self._down.get(ep.index, (0.0, BACKOFF_START_S / 2))[1] * 2, BACKOFF_MAX_S
+                    )
                     self._down[ep.index] = (time.monotonic() + backoff, backoff)
                     continue
                 self._down.pop(ep.index, None)
@@ -176,8 +179,9 @@ class RemoteConsumer(Consumer):
         return []
 
     def _pull_from(self, ep: Endpoint, max_messages: int, wait_ms: int) -> list[ReceivedMessage]:
-        rows = self._call(ep, "pull", {"max": max_messages, "wait": wait_ms},
-                          wait_ms / 1000 + REQUEST_TIMEOUT_S)
+        rows = self._call(
+            ep, "pull", {"max": max_messages, "wait": wait_ms}, wait_ms / 1000 + REQUEST_TIMEOUT_S
+        )
         prefix = bytes((ep.index,))
         id_prefix = f"{ep.node}:" if self._broker.multi else ""
         decode = P.decode_received
@@ -186,8 +190,11 @@ class RemoteConsumer(Consumer):
     def _endpoint_of(self, receipt: object) -> int | None:
         """The index of the endpoint a receipt came from (its first byte), or ``None``
         for a receipt that is not one of ours."""
-        if not isinstance(receipt, bytes) or len(receipt) < 2 \
-                or receipt[0] >= len(self._broker.endpoints):
+        if (
+            not isinstance(receipt, bytes)
+            or len(receipt) < 2
+            or receipt[0] >= len(self._broker.endpoints)
+        ):
             return None
         return receipt[0]
 
@@ -236,8 +243,9 @@ class RemoteConsumer(Consumer):
     ) -> bool:
         """See :meth:`broker_adapter.base.Consumer.nack`."""
         check_nack_delay(delay_ms)
-        return self._settle("nack", message, {"delay": delay_ms,
-                                              "reason": None if reason is None else str(reason)})
+        return self._settle(
+            "nack", message, {"delay": delay_ms, "reason": None if reason is None else str(reason)}
+        )
 
     def dead_letter(self, message: ReceivedMessage, reason: str) -> bool:
         """See :meth:`broker_adapter.base.Consumer.dead_letter`."""

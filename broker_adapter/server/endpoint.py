@@ -39,8 +39,11 @@ def url_options(params: dict[str, str]) -> dict[str, Any]:
     """
     opts: dict[str, Any] = {}
     kinds: dict[str, Callable[[str], Any]] = {
-        "token": lambda v: v or None, "send_timeout_ms": int, "retries": int,
-        "connect_timeout_s": float}
+        "token": lambda v: v or None,
+        "send_timeout_ms": int,
+        "retries": int,
+        "connect_timeout_s": float,
+    }
     for name, value in params.items():
         kind = kinds.get(name)
         if kind is None:
@@ -58,8 +61,9 @@ class Endpoint:
     :param index: its position in the broker's endpoint list.
     """
 
-    def __init__(self, index: int, host: str, port: int, token: str | None,
-                 connect_timeout_s: float) -> None:
+    def __init__(
+        self, index: int, host: str, port: int, token: str | None, connect_timeout_s: float
+    ) -> None:
         self.index = index
         self.host, self.port = host, port
         self.address = f"{host}:{port}"
@@ -133,8 +137,9 @@ class CallbackRunner:
         with self._cond:
             self._queue.append((callback, args))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, daemon=True,
-                                                name="chronoq-send-callbacks")
+                self._thread = threading.Thread(
+                    target=self._loop, daemon=True, name="chronoq-send-callbacks"
+                )
                 self._thread.start()
             self._cond.notify_all()
 
@@ -168,5 +173,3 @@ class CallbackRunner:
 
 
 __all__ = ["CallbackRunner", "Endpoint", "parse_endpoints"]
-
-

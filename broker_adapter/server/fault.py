@@ -28,8 +28,7 @@ ISOLATION_LATENCY_MS = 30_000
 
 def not_available_ms(latency_ms: float) -> int:
     """How long an endpoint is skipped after a send that took ``latency_ms``."""
-    for threshold, window in zip(reversed(LATENCY_MAX_MS), reversed(NOT_AVAILABLE_MS),
-                                 strict=True):
+    for threshold, window in zip(reversed(LATENCY_MAX_MS), reversed(NOT_AVAILABLE_MS), strict=True):
         if latency_ms >= threshold:
             return window
     return 0

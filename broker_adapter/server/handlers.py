@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 MAX_POLL_MS = 30_000
 
 
-def arg(args: dict[str, Any], name: str, kind: type | tuple[type, ...],
-        optional: bool = False) -> Any:
+def arg(
+    args: dict[str, Any], name: str, kind: type | tuple[type, ...], optional: bool = False
+) -> Any:
     """``args[name]``, checked to be of ``kind`` (``None`` allowed when ``optional``).
 
     :raises ProtocolError: when missing or of another type.
@@ -54,13 +55,22 @@ class Handlers:
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
         self.table = {
-            "send": self.send, "send_batch": self.send_batch, "abort": self.abort,
-            "query": self.query, "pending": self.pending, "stats": self.stats,
-            "consumer_open": self.consumer_open, "pull": self.pull_now, "ack": self.ack,
+            "send": self.send,
+            "send_batch": self.send_batch,
+            "abort": self.abort,
+            "query": self.query,
+            "pending": self.pending,
+            "stats": self.stats,
+            "consumer_open": self.consumer_open,
+            "pull": self.pull_now,
+            "ack": self.ack,
             "ack_batch": self.ack_batch,
-            "nack": self.nack, "dead_letter": self.dead_letter, "extend": self.extend,
+            "nack": self.nack,
+            "dead_letter": self.dead_letter,
+            "extend": self.extend,
             "release": self.release,
-            "consumer_close": self.consumer_close, "advance": self.advance,
+            "consumer_close": self.consumer_close,
+            "advance": self.advance,
         }
 
     # -- producer side -----------------------------------------------------------------------
@@ -81,8 +91,10 @@ class Handlers:
 
     def abort(self, conn: Connection, args: dict[str, Any]) -> Any:
         result = self.server.broker.abort(
-            arg(args, "id", str, True), key=arg(args, "key", str, True),
-            topic=arg(args, "topic", str, True))
+            arg(args, "id", str, True),
+            key=arg(args, "key", str, True),
+            topic=arg(args, "topic", str, True),
+        )
         self.server.metrics.aborted(result.status.value)
         return [result.status.value, result.msg_id]
 
@@ -92,17 +104,22 @@ class Handlers:
 
     def pending(self, conn: Connection, args: dict[str, Any]) -> Any:
         views = self.server.broker.pending(
-            arg(args, "topic", str, True), arg(args, "start", int, True),
-            arg(args, "end", int, True), arg(args, "limit", int))
+            arg(args, "topic", str, True),
+            arg(args, "start", int, True),
+            arg(args, "end", int, True),
+            arg(args, "limit", int),
+        )
         return [P.encode_view(v) for v in views]
 
     def stats(self, conn: Connection, args: dict[str, Any]) -> Any:
         s = self.server.broker.stats()
         return {
-            "topics": {n: [t.pending, t.fired_total, t.ready, t.inflight]
-                       for n, t in s.topics.items()},
-            "groups": {n: [g.ready, g.inflight, g.dead, g.acked_total]
-                       for n, g in s.groups.items()},
+            "topics": {
+                n: [t.pending, t.fired_total, t.ready, t.inflight] for n, t in s.topics.items()
+            },
+            "groups": {
+                n: [g.ready, g.inflight, g.dead, g.acked_total] for n, g in s.groups.items()
+            },
         }
 
     # -- consumer side -----------------------------------------------------------------------
@@ -110,11 +127,13 @@ class Handlers:
     def consumer_open(self, conn: Connection, args: dict[str, Any]) -> Any:
         topics = arg(args, "topics", list)
         consumer = self.server.broker.consumer(
-            arg(args, "group", str), topics,
+            arg(args, "group", str),
+            topics,
             invisible_ms=arg(args, "invisible_ms", int),
             max_attempts=arg(args, "max_attempts", int),
             max_inflight=arg(args, "max_inflight", int),
-            max_inflight_bytes=arg(args, "max_inflight_bytes", int))
+            max_inflight_bytes=arg(args, "max_inflight_bytes", int),
+        )
         return conn.add_consumer(consumer)
 
     def _consumer(self, conn: Connection, args: dict[str, Any]) -> Consumer:
@@ -128,8 +147,9 @@ class Handlers:
         """``(max, wait)`` of a pull, the wait capped at :data:`MAX_POLL_MS`."""
         max_messages, wait_ms = arg(args, "max", int), arg(args, "wait", int)
         if max_messages < 1 or wait_ms < 0:
-            raise InvalidArgument(f"pull needs max >= 1 and wait >= 0, got {max_messages}, "
-                                  f"{wait_ms}")
+            raise InvalidArgument(
+                f"pull needs max >= 1 and wait >= 0, got {max_messages}, {wait_ms}"
+            )
         return max_messages, min(wait_ms, MAX_POLL_MS)
 
     def pull_now(self, conn: Connection, args: dict[str, Any]) -> Any:
@@ -158,20 +178,25 @@ class Handlers:
 
     def nack(self, conn: Connection, args: dict[str, Any]) -> Any:
         return self._consumer(conn, args).nack(
-            _receipt_message(arg(args, "receipt", bytes)), arg(args, "delay", int, True),
-            arg(args, "reason", str, True))
+            _receipt_message(arg(args, "receipt", bytes)),
+            arg(args, "delay", int, True),
+            arg(args, "reason", str, True),
+        )
 
     def dead_letter(self, conn: Connection, args: dict[str, Any]) -> Any:
         return self._consumer(conn, args).dead_letter(
-            _receipt_message(arg(args, "receipt", bytes)), arg(args, "reason", str))
+            _receipt_message(arg(args, "receipt", bytes)), arg(args, "reason", str)
+        )
 
     def extend(self, conn: Connection, args: dict[str, Any]) -> Any:
         return self._consumer(conn, args).extend(
-            _receipt_message(arg(args, "receipt", bytes)), arg(args, "invisible_ms", int))
+            _receipt_message(arg(args, "receipt", bytes)), arg(args, "invisible_ms", int)
+        )
 
     def release(self, conn: Connection, args: dict[str, Any]) -> Any:
         return self._consumer(conn, args).release(
-            _receipt_message(arg(args, "receipt", bytes)), arg(args, "delay", int))
+            _receipt_message(arg(args, "receipt", bytes)), arg(args, "delay", int)
+        )
 
     def consumer_close(self, conn: Connection, args: dict[str, Any]) -> Any:
         consumer = conn.consumers.pop(arg(args, "cid", int), None)

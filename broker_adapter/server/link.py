@@ -70,14 +70,17 @@ class Link:
     :raises AuthenticationFailed: when it refuses the token.
     """
 
-    def __init__(self, host: str, port: int, token: str | None,
-                 connect_timeout_s: float = 3.0) -> None:
+    def __init__(
+        self, host: str, port: int, token: str | None, connect_timeout_s: float = 3.0
+    ) -> None:
         self.address = f"{host}:{port}"
         try:
             self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
         except OSError as e:
-            raise ConnectionFailed(f"cannot reach the broker server at {self.address}: {e}; "
-                                   "is `chronoq broker serve` running there?") from e
+            raise ConnectionFailed(
+                f"cannot reach the broker server at {self.address}: {e}; "
+                "is `chronoq broker serve` running there?"
+            ) from e
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._rids = itertools.count(1)
         self._pending: dict[int, Done] = {}
@@ -114,10 +117,12 @@ class Link:
         # reader with a deadline needs no poll call per read. (A socket timeout would
         # also bound other threads' sendall, and could cut a frame in half.)
         self._sock.settimeout(None)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                              struct.pack("ll", 0, int(READ_SLICE_S * 1e6)))
-        self._reader = threading.Thread(target=self._read_loop, daemon=True,
-                                        name=f"chronoq-link-{self.address}")
+        self._sock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, int(READ_SLICE_S * 1e6))
+        )
+        self._reader = threading.Thread(
+            target=self._read_loop, daemon=True, name=f"chronoq-link-{self.address}"
+        )
         self._reader.start()
 
     def _abandon(self) -> None:
@@ -173,8 +178,11 @@ class Link:
                 except BlockingIOError:
                     return  # nothing within READ_SLICE_S: let the caller check its deadline
                 if not more:
-                    self._fail(ConnectionFailed(f"the broker server at {self.address} "
-                                                "closed the connection"))
+                    self._fail(
+                        ConnectionFailed(
+                            f"the broker server at {self.address} closed the connection"
+                        )
+                    )
                     return
                 frames = self._frames.take()
             for payload in frames:
@@ -230,8 +238,10 @@ class Link:
         rid = next(self._rids)  # atomic: itertools.count holds the GIL throughout
         data = P.request(rid, op, args)
         if len(data) - 4 > self.max_frame:
-            raise InvalidArgument(f"request of {len(data)} bytes is over the server's frame "
-                                  f"limit of {self.max_frame}; send fewer messages at once")
+            raise InvalidArgument(
+                f"request of {len(data)} bytes is over the server's frame "
+                f"limit of {self.max_frame}; send fewer messages at once"
+            )
         with self._lock:
             if not self._alive:
                 raise self._error or ConnectionFailed(f"link to {self.address} is closed")
@@ -280,8 +290,7 @@ class Link:
                 self._pending.pop(rid, None)
             if answered(blocking=False):  # answered just now
                 break
-            raise RequestTimeout(f"no answer from {self.address} to {op} within "
-                                 f"{timeout_s:.3g} s")
+            raise RequestTimeout(f"no answer from {self.address} to {op} within {timeout_s:.3g} s")
         if waiter.error is not None:
             raise waiter.error
         return waiter.result

@@ -49,21 +49,29 @@ class ServerMetrics:
         import prometheus_client as pc
 
         self.registry = reg = pc.CollectorRegistry()
-        self._requests = pc.Counter("chronoq_requests", "Requests by operation", ["op"],
-                                    registry=reg)
+        self._requests = pc.Counter(
+            "chronoq_requests", "Requests by operation", ["op"], registry=reg
+        )
         self._sent = pc.Counter("chronoq_sent_messages", "Messages sent", registry=reg)
-        self._aborts = pc.Counter("chronoq_aborts", "Abort requests by outcome", ["status"],
-                                  registry=reg)
-        self._pulled = pc.Counter("chronoq_pulled_messages", "Messages handed to consumers",
-                                  registry=reg)
-        self._lateness = pc.Histogram("chronoq_fire_lateness_seconds",
-                                      "First delivery time minus due time",
-                                      buckets=LATENESS_BUCKETS, registry=reg)
-        self._bad = pc.Counter("chronoq_bad_frames", "Malformed frames (connection closed)",
-                               registry=reg)
+        self._aborts = pc.Counter(
+            "chronoq_aborts", "Abort requests by outcome", ["status"], registry=reg
+        )
+        self._pulled = pc.Counter(
+            "chronoq_pulled_messages", "Messages handed to consumers", registry=reg
+        )
+        self._lateness = pc.Histogram(
+            "chronoq_fire_lateness_seconds",
+            "First delivery time minus due time",
+            buckets=LATENESS_BUCKETS,
+            registry=reg,
+        )
+        self._bad = pc.Counter(
+            "chronoq_bad_frames", "Malformed frames (connection closed)", registry=reg
+        )
         self._auth = pc.Counter("chronoq_auth_failures", "Wrong or missing tokens", registry=reg)
-        self._refused = pc.Counter("chronoq_refused_connections", "Over max connections",
-                                   registry=reg)
+        self._refused = pc.Counter(
+            "chronoq_refused_connections", "Over max connections", registry=reg
+        )
         reg.register(_StatsCollector(self._server))
         self._http = pc.start_http_server(port, addr=host, registry=reg)
         self._on = True
@@ -137,8 +145,7 @@ class _StatsCollector:
             pending.add_metric([name], t.pending)
             fired.add_metric([name], t.fired_total)
         ready = GaugeMetricFamily("chronoq_ready", "Fired, not yet pulled", labels=["group"])
-        inflight = GaugeMetricFamily("chronoq_inflight", "Pulled, not yet acked",
-                                     labels=["group"])
+        inflight = GaugeMetricFamily("chronoq_inflight", "Pulled, not yet acked", labels=["group"])
         dead = GaugeMetricFamily("chronoq_dead", "Dead letters", labels=["group"])
         for name, g in stats.groups.items():
             ready.add_metric([name], g.ready)

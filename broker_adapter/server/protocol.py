@@ -75,12 +75,29 @@ OK, ERROR = 0, 1
 _MAX_RID = 1 << 63
 
 #: Operations the server knows; anything else is a malformed frame.
-OPS = frozenset({
-    "hello", "send", "send_batch", "abort", "query", "pending", "stats", "consumer_open",
-    "pull", "ack", "ack_batch", "nack", "dead_letter", "extend", "release", "consumer_close",
-    "batch",
-    "advance", "reset",
-})
+OPS = frozenset(
+    {
+        "hello",
+        "send",
+        "send_batch",
+        "abort",
+        "query",
+        "pending",
+        "stats",
+        "consumer_open",
+        "pull",
+        "ack",
+        "ack_batch",
+        "nack",
+        "dead_letter",
+        "extend",
+        "release",
+        "consumer_close",
+        "batch",
+        "advance",
+        "reset",
+    }
+)
 
 
 class ProtocolError(DecodeError):
@@ -140,11 +157,25 @@ def unpack(payload: bytes, limit: int = MAX_FRAME) -> Any:
     :raises ProtocolError: for anything but exactly one msgpack object.
     """
     try:
-        return msgpack.unpackb(payload, raw=False, strict_map_key=True, use_list=True, max_bin_len=limit,
-                               max_str_len=limit,
-                               max_array_len=limit, max_map_len=limit, max_ext_len=0)
-    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError,
-            msgpack.StackError, UnicodeDecodeError) as e:
+        return msgpack.unpackb(
+            payload,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_bin_len=limit,
+            max_str_len=limit,
+            max_array_len=limit,
+            max_map_len=limit,
+            max_ext_len=0,
+        )
+    except (
+        ValueError,
+        TypeError,
+        msgpack.ExtraData,
+        msgpack.FormatError,
+        msgpack.StackError,
+        UnicodeDecodeError,
+    ) as e:
         raise ProtocolError(f"undecodable frame: {e}") from e
 
 
@@ -172,7 +203,7 @@ class FrameReader:
             length = check_length(unpack_header(buf, pos)[0], limit)
             if n - pos - 4 < length:
                 break
-            out.append(bytes(buf[pos + 4:pos + 4 + length]))
+            out.append(bytes(buf[pos + 4 : pos + 4 + length]))
             pos += 4 + length
         if pos:
             del buf[:pos]
@@ -235,8 +266,13 @@ def decode_response(payload: bytes) -> Response:
     :raises ProtocolError: when it is not ``[1, rid, ok, result]``.
     """
     obj = unpack(payload)
-    if (type(obj) is not list or len(obj) != 4 or obj[0] != RESPONSE
-            or not _is_int(obj[1]) or obj[2] not in (OK, ERROR)):
+    if (
+        type(obj) is not list
+        or len(obj) != 4
+        or obj[0] != RESPONSE
+        or not _is_int(obj[1])
+        or obj[2] not in (OK, ERROR)
+    ):
         raise ProtocolError("a response is [1, rid, 0|1, result]")
     return Response(obj[1], obj[2] == OK, obj[3])
 
@@ -297,9 +333,17 @@ def decode_error(payload: Any) -> ChronoqError:
 
 def encode_message(m: Message) -> list[Any]:
     """The wire form of a message."""
-    return [m.topic, m.body, m.key, m.tags,
-            None if m.properties is None else dict(m.properties),
-            m.delay_ms, m.delay_sec, m.delay_level, m.deliver_at_ms]
+    return [
+        m.topic,
+        m.body,
+        m.key,
+        m.tags,
+        None if m.properties is None else dict(m.properties),
+        m.delay_ms,
+        m.delay_sec,
+        m.delay_level,
+        m.deliver_at_ms,
+    ]
 
 
 def decode_message(v: Any) -> Message:
@@ -327,8 +371,11 @@ def encode_results(results: list[SendResult]) -> list[Any]:
     """The wire form of a batch's results, by column: ``[ids, dues, dups]`` where
     ``dups`` lists the positions of ``DUPLICATE`` results."""
     ok = SendStatus.OK
-    return [[r.msg_id for r in results], [r.deliver_at_ms for r in results],
-            [i for i, r in enumerate(results) if r.status is not ok]]
+    return [
+        [r.msg_id for r in results],
+        [r.deliver_at_ms for r in results],
+        [i for i, r in enumerate(results) if r.status is not ok],
+    ]
 
 
 def decode_results(v: Any, id_prefix: str = "") -> list[SendResult]:
@@ -347,28 +394,71 @@ def decode_results(v: Any, id_prefix: str = "") -> list[SendResult]:
 
 def encode_received(m: ReceivedMessage) -> list[Any]:
     """The wire form of a received message."""
-    return [m.msg_id, m.topic, m.body, m.deliver_at_ms, m.born_ms, m.attempts, m.receipt,
-            m.key, m.tags, dict(m.properties) if m.properties else None]
+    return [
+        m.msg_id,
+        m.topic,
+        m.body,
+        m.deliver_at_ms,
+        m.born_ms,
+        m.attempts,
+        m.receipt,
+        m.key,
+        m.tags,
+        dict(m.properties) if m.properties else None,
+    ]
 
 
-def decode_received(v: list[Any], receipt_prefix: bytes = b"", id_prefix: str = "") -> (
-        ReceivedMessage):
+def decode_received(
+    v: list[Any], receipt_prefix: bytes = b"", id_prefix: str = ""
+) -> ReceivedMessage:
     """A :class:`ReceivedMessage` from its wire form; prefixes tag id and receipt."""
-    return ReceivedMessage(id_prefix + v[0], v[1], v[2], v[3], v[4], v[5],
-                           receipt_prefix + v[6], v[7], v[8], v[9] or NO_PROPERTIES)
+    return ReceivedMessage(
+        id_prefix + v[0],
+        v[1],
+        v[2],
+        v[3],
+        v[4],
+        v[5],
+        receipt_prefix + v[6],
+        v[7],
+        v[8],
+        v[9] or NO_PROPERTIES,
+    )
 
 
 def encode_view(v: MessageView) -> list[Any]:
     """The wire form of a message view."""
-    return [v.msg_id, v.topic, v.state.value, v.deliver_at_ms, v.born_ms, v.attempts, v.key,
-            v.tags, v.body_size, {g: s.value for g, s in v.groups.items()}, v.error]
+    return [
+        v.msg_id,
+        v.topic,
+        v.state.value,
+        v.deliver_at_ms,
+        v.born_ms,
+        v.attempts,
+        v.key,
+        v.tags,
+        v.body_size,
+        {g: s.value for g, s in v.groups.items()},
+        v.error,
+    ]
 
 
 def decode_view(v: list[Any], id_prefix: str = "") -> MessageView:
     """A :class:`MessageView` from its wire form."""
     groups = {g: MessageState(s) for g, s in v[9].items()}
-    return MessageView(id_prefix + v[0], v[1], MessageState(v[2]), v[3], v[4], v[5], v[6],
-                       v[7], v[8], groups, v[10])
+    return MessageView(
+        id_prefix + v[0],
+        v[1],
+        MessageState(v[2]),
+        v[3],
+        v[4],
+        v[5],
+        v[6],
+        v[7],
+        v[8],
+        groups,
+        v[10],
+    )
 
 
 __all__ = [

@@ -55,8 +55,9 @@ def is_loopback(host: str) -> bool:
     except OSError:
         return False
     addrs = {info[4][0] for info in infos}
-    return bool(addrs) and all(ipaddress.ip_address(str(a).split("%")[0]).is_loopback
-                               for a in addrs)
+    return bool(addrs) and all(
+        ipaddress.ip_address(str(a).split("%")[0]).is_loopback for a in addrs
+    )
 
 
 class BrokerServer:
@@ -92,9 +93,13 @@ class BrokerServer:
         if not token and not is_loopback(host):
             raise InvalidArgument(
                 f"refusing to bind {host!r} without a token: anyone who can reach it could "
-                "send and abort messages; pass --token (or CHRONOQ_TOKEN) or bind 127.0.0.1")
-        for name, v in (("max_connections", max_connections), ("max_inflight", max_inflight),
-                        ("max_frame", max_frame)):
+                "send and abort messages; pass --token (or CHRONOQ_TOKEN) or bind 127.0.0.1"
+            )
+        for name, v in (
+            ("max_connections", max_connections),
+            ("max_inflight", max_inflight),
+            ("max_frame", max_frame),
+        ):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InvalidArgument(f"{name} must be a positive int, got {v!r}")
         self.data_dir = Path(data_dir)
@@ -108,8 +113,9 @@ class BrokerServer:
         self.node = self._node_id()
         self.metrics = ServerMetrics(self)
         self.handlers = Handlers(self)
-        self.pull_pool = ThreadPoolExecutor(max_workers=max(64, max_connections * 2),
-                                            thread_name_prefix="chronoq-pull")
+        self.pull_pool = ThreadPoolExecutor(
+            max_workers=max(64, max_connections * 2), thread_name_prefix="chronoq-pull"
+        )
         self._conns: set[Connection] = set()
         self._orphans: list[Consumer] = []
         self._lock = threading.Lock()
@@ -138,15 +144,22 @@ class BrokerServer:
 
     def hello_info(self) -> dict[str, Any]:
         """What ``hello`` answers."""
-        return {"v": P.VERSION, "node": self.node, "max_body": self.broker.max_body_bytes,
-                "max_frame": self.max_frame, "manual_clock": self.manual_clock is not None}
+        return {
+            "v": P.VERSION,
+            "node": self.node,
+            "max_body": self.broker.max_body_bytes,
+            "max_frame": self.max_frame,
+            "manual_clock": self.manual_clock is not None,
+        }
 
     # -- running -------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Serve on background threads (accept and housekeeping)."""
-        for target, name in ((self._accept_loop, "chronoq-accept"),
-                             (self._housekeep_loop, "chronoq-server-housekeep")):
+        for target, name in (
+            (self._accept_loop, "chronoq-accept"),
+            (self._housekeep_loop, "chronoq-server-housekeep"),
+        ):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -175,9 +188,15 @@ class BrokerServer:
                 self.metrics.refused()
                 log.warning("refusing %s: %d connections already", conn.peer, self.max_connections)
                 with contextlib.suppress(OSError):
-                    sock.sendall(P.error_response(0, InvalidArgument(
-                        f"the broker server has its maximum of {self.max_connections} "
-                        "connections; try again later")))
+                    sock.sendall(
+                        P.error_response(
+                            0,
+                            InvalidArgument(
+                                f"the broker server has its maximum of {self.max_connections} "
+                                "connections; try again later"
+                            ),
+                        )
+                    )
                 sock.close()
                 continue
             conn.thread.start()
@@ -253,8 +272,7 @@ class BrokerServer:
         for c in conns:
             c.stop_reading()
         deadline = time.monotonic() + drain_s
-        while time.monotonic() < deadline and any(
-                c.busy for c in conns if not c.closed):
+        while time.monotonic() < deadline and any(c.busy for c in conns if not c.closed):
             time.sleep(0.01)
         self.broker.close()  # wakes parked pulls (they answer BrokerClosed)
         self.pull_pool.shutdown(wait=True, cancel_futures=True)

@@ -91,8 +91,9 @@ def test_a_key_taken_over_by_a_later_send_stays(tmp_path: Path) -> None:
         assert (dup.status, dup.msg_id) == (SendStatus.DUPLICATE, later.msg_id)
 
 
-def test_trimming_goes_in_chunks_and_firing_goes_on(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trimming_goes_in_chunks_and_firing_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(retention, "TRIM_CHUNK", 7)
     clock = ManualClock()
     with EmbeddedBroker(tmp_path / "d", clock=clock, retention_ms=HOUR) as broker:

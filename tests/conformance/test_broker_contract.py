@@ -1100,8 +1100,7 @@ def test_extend_of_a_message_not_in_flight_is_false(harness: Harness) -> None:
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, None, True])
-def test_extend_with_a_bad_time_is_invalid_and_changes_nothing(harness: Harness,
-                                                               bad: Any) -> None:
+def test_extend_with_a_bad_time_is_invalid_and_changes_nothing(harness: Harness, bad: Any) -> None:
     c = harness.consumer("g", [T], invisible_ms=5_000)
     harness.broker.send(Message(T, b"x"))
     m = pull_one(c)
@@ -1173,8 +1172,9 @@ def test_release_of_a_message_not_in_flight_is_false(harness: Harness) -> None:
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, None, True])
-def test_release_with_a_bad_delay_is_invalid_and_changes_nothing(harness: Harness,
-                                                                 bad: Any) -> None:
+def test_release_with_a_bad_delay_is_invalid_and_changes_nothing(
+    harness: Harness, bad: Any
+) -> None:
     c = harness.consumer("g", [T], invisible_ms=5_000)
     harness.broker.send(Message(T, b"x"))
     m = pull_one(c)

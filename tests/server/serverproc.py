@@ -30,9 +30,15 @@ class ServerProcess:
     :param extra: more command-line arguments.
     """
 
-    def __init__(self, data_dir: Path, *, token: str | None = None,
-                 manual_clock_ms: int | None = None, extra: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        token: str | None = None,
+        manual_clock_ms: int | None = None,
+        extra: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.token = token
         self.manual_clock_ms = manual_clock_ms
@@ -44,8 +50,16 @@ class ServerProcess:
 
     def argv(self) -> list[str]:
         """The child's command line."""
-        argv = [sys.executable, "-m", "broker_adapter.server", "--data-dir", str(self.data_dir),
-                "--port", str(self.port), *self.extra]
+        argv = [
+            sys.executable,
+            "-m",
+            "broker_adapter.server",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            *self.extra,
+        ]
         if self.token is not None:
             argv += ["--token", self.token]
         if self.manual_clock_ms is not None:
@@ -58,8 +72,9 @@ class ServerProcess:
         On a restart the same port is asked for again, so clients find it.
         """
         env = {**os.environ, "PYTHONPATH": str(ROOT), **(self.env or {})}
-        self.proc = subprocess.Popen(self.argv(), stdout=subprocess.PIPE, text=True, env=env,
-                                     cwd=ROOT)
+        self.proc = subprocess.Popen(
+            self.argv(), stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT
+        )
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
         line = self.proc.stdout.readline() if ready else ""

@@ -24,8 +24,11 @@ def _topics(server: ServerProcess) -> dict[str, object]:
         return dict(b.stats().topics)
 
 
-@pytest.mark.parametrize("token", [None, "", "wrong", TOKEN + "x", TOKEN[:-1]],
-                         ids=["none", "empty", "wrong", "longer", "prefix"])
+@pytest.mark.parametrize(
+    "token",
+    [None, "", "wrong", TOKEN + "x", TOKEN[:-1]],
+    ids=["none", "empty", "wrong", "longer", "prefix"],
+)
 def test_a_wrong_or_missing_token_is_refused(server: ServerProcess, token: str | None) -> None:
     url = f"chronoq://127.0.0.1:{server.port}" + (f"?token={token}" if token is not None else "")
     broker = open_broker(url)
@@ -41,13 +44,16 @@ def test_requests_pipelined_behind_a_wrong_hello_are_not_executed(
     """Wrong token: the server answers AuthenticationFailed, closes, and runs nothing else."""
     msg = P.encode_message(Message("sneaky", b"x"))
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
-        s.sendall(P.request(0, "hello", {"v": 1, "token": "wrong"})
-                  + P.request(1, "send", {"m": msg}) + P.request(2, "send", {"m": msg}))
+        s.sendall(
+            P.request(0, "hello", {"v": 1, "token": "wrong"})
+            + P.request(1, "send", {"m": msg})
+            + P.request(2, "send", {"m": msg})
+        )
         data = b""
         while chunk := s.recv(65536):
             data += chunk
     (length,) = P.HEADER.unpack(data[:4])
-    resp = P.decode_response(data[4:4 + length])
+    resp = P.decode_response(data[4 : 4 + length])
     assert (resp.rid, resp.ok) == (0, False)
     assert isinstance(P.decode_error(resp.result), AuthenticationFailed)
     assert len(data) == 4 + length  # nothing after the refusal
@@ -94,9 +100,24 @@ def test_a_non_loopback_bind_without_a_token_is_refused(tmp_path: Path, host: st
 def test_the_cli_refuses_a_non_loopback_bind_without_a_token(tmp_path: Path) -> None:
     env = {k: v for k, v in __import__("os").environ.items() if k != "CHRONOQ_TOKEN"}
     done = subprocess.run(
-        [sys.executable, "-m", "broker_adapter.server", "--data-dir", str(tmp_path / "d"),
-         "--host", "0.0.0.0", "--port", "0"],
-        check=False, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "broker_adapter.server",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env,
+    )
     assert done.returncode == 2
     assert "without a token" in done.stderr
     assert done.stdout == ""

@@ -11,8 +11,21 @@ from broker_adapter.server.fault import FaultTolerance, not_available_ms
 
 @pytest.mark.parametrize(
     ("latency", "window"),
-    [(0, 0), (49, 0), (50, 0), (100, 0), (549, 0), (550, 2000), (1799, 2000), (1800, 5000),
-     (3000, 6000), (5000, 10000), (14999, 10000), (15000, 30000), (30000, 30000)],
+    [
+        (0, 0),
+        (49, 0),
+        (50, 0),
+        (100, 0),
+        (549, 0),
+        (550, 2000),
+        (1799, 2000),
+        (1800, 5000),
+        (3000, 6000),
+        (5000, 10000),
+        (14999, 10000),
+        (15000, 30000),
+        (30000, 30000),
+    ],
 )
 def test_latency_maps_to_the_not_available_window(latency: int, window: int) -> None:
     assert not_available_ms(latency) == window
@@ -72,7 +85,10 @@ def test_url_options() -> None:
     from broker_adapter.server.endpoint import url_options
 
     assert url_options({"token": "t", "send_timeout_ms": "500", "retries": "0"}) == {
-        "token": "t", "send_timeout_ms": 500, "retries": 0}
+        "token": "t",
+        "send_timeout_ms": 500,
+        "retries": 0,
+    }
     assert url_options({"token": ""}) == {"token": None}
     with pytest.raises(InvalidArgument, match="unknown parameter"):
         url_options({"tokn": "t"})

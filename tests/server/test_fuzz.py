@@ -40,8 +40,14 @@ def _garbage(rng: random.Random) -> bytes:
     if kind == 3:  # unknown operation
         return P.frame([0, rng.randrange(100), "drop_everything", {}])
     if kind == 4:  # known op, args of the wrong type
-        return P.frame([0, 1, rng.choice(["send", "send_batch", "abort", "pull", "ack"]),
-                        {"m": 5, "ms": "x", "id": 3, "cid": "c", "receipt": 1}])
+        return P.frame(
+            [
+                0,
+                1,
+                rng.choice(["send", "send_batch", "abort", "pull", "ack"]),
+                {"m": 5, "ms": "x", "id": 3, "cid": "c", "receipt": 1},
+            ]
+        )
     if kind == 5:  # truncated msgpack
         body = msgpack.packb([0, 1, "stats", {"a": "b" * 20}])[:-5]
         return struct.pack(">I", len(body)) + body
@@ -94,8 +100,10 @@ def test_ten_thousand_garbage_frames_leave_the_server_up_and_unchanged(
         kept = good.send(Message("fuzz", b"keep", key="k", delay_ms=3_600_000))
         before = _state(good)
         rng = random.Random(1234)
-        batches = [[b"".join(_garbage(rng) for _ in range(1 + TRAILING))
-                    for _ in range(FRAMES // THREADS)] for _ in range(THREADS)]
+        batches = [
+            [b"".join(_garbage(rng) for _ in range(1 + TRAILING)) for _ in range(FRAMES // THREADS)]
+            for _ in range(THREADS)
+        ]
         with ThreadPoolExecutor(THREADS) as pool:
             closed = sum(pool.map(lambda b: _one_per_connection(server.port, b), batches))
         assert closed == FRAMES

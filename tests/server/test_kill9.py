@@ -27,8 +27,10 @@ class Load:
         self.stop = threading.Event()
         self.deadline = time.monotonic() + RUN_S
         self._lock = threading.Lock()
-        self.threads = [threading.Thread(target=f, daemon=True)
-                        for f in (self._single, self._batched, self._consume)]
+        self.threads = [
+            threading.Thread(target=f, daemon=True)
+            for f in (self._single, self._batched, self._consume)
+        ]
 
     def running(self) -> bool:
         return not self.stop.is_set() and time.monotonic() < self.deadline
@@ -52,8 +54,7 @@ class Load:
         while self.running():
             i += 1
             try:
-                rs = self.broker.send_batch([Message("k9", b"b%d:%d" % (i, j))
-                                             for j in range(50)])
+                rs = self.broker.send_batch([Message("k9", b"b%d:%d" % (i, j)) for j in range(50)])
             except ConnectionFailed:
                 self.failed_sends += 1
                 time.sleep(0.01)
@@ -64,7 +65,8 @@ class Load:
     def _consume(self) -> None:
         c = self.broker.consumer("k9", ["k9"])
         while time.monotonic() < self.deadline and not (
-                self.stop.is_set() and self.acked_sends <= self.received):
+            self.stop.is_set() and self.acked_sends <= self.received
+        ):
             try:
                 got: list[ReceivedMessage] = c.pull(200, 100)
                 for m in got:
@@ -85,13 +87,19 @@ def test_kill_9_under_load_loses_no_acknowledged_message(server: ServerProcess) 
         server.kill()  # kill -9, mid-load
         before_restart = len(load.acked_sends)
         server.start()  # same data dir, same port
-        eventually(lambda: len(load.acked_sends) >= before_restart + 1_000, timeout=RUN_S,
-                   what="sends go on after the restart")
+        eventually(
+            lambda: len(load.acked_sends) >= before_restart + 1_000,
+            timeout=RUN_S,
+            what="sends go on after the restart",
+        )
         load.stop.set()
         for t in load.threads[:2]:
             t.join(RUN_S)
-        eventually(lambda: load.acked_sends <= load.received, timeout=RUN_S,
-                   what="every acknowledged message delivered")
+        eventually(
+            lambda: load.acked_sends <= load.received,
+            timeout=RUN_S,
+            what="every acknowledged message delivered",
+        )
         load.threads[2].join(RUN_S)
     finally:
         load.stop.set()

@@ -24,17 +24,24 @@ def test_two_client_processes_send_and_consume_at_once(
     out = tmp_path / "out"
     out.mkdir()
     children = [
-        subprocess.Popen([sys.executable, "-m", "tests.server.client_child", server.url, name,
-                          str(N), str(out)], cwd=ROOT)
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.server.client_child", server.url, name, str(N), str(out)],
+            cwd=ROOT,
+        )
         for name in ("a", "b")
     ]
     try:
         with RemoteBroker.from_url(server.url) as watcher:
-            eventually(lambda: (out / "a.sent").exists() and (out / "b.sent").exists(),
-                       timeout=120, what="both children sent")
+            eventually(
+                lambda: (out / "a.sent").exists() and (out / "b.sent").exists(),
+                timeout=120,
+                what="both children sent",
+            )
             eventually(
                 lambda: watcher.stats().groups.get("shared", GroupStats()).acked_total >= 2 * N,
-                timeout=120, what="every message acked")
+                timeout=120,
+                what="every message acked",
+            )
             stats = watcher.stats()
         (out / "stop").write_text("")
         for child in children:

@@ -21,10 +21,15 @@ from broker_adapter.results import (
 from broker_adapter.server import protocol as P
 
 msgpack_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats()
-    | st.text(max_size=20) | st.binary(max_size=20),
-    lambda inner: st.lists(inner, max_size=5)
-    | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=20)
+    | st.binary(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5)
+    ),
     max_leaves=20,
 )
 
@@ -53,9 +58,13 @@ def test_decoding_any_msgpack_value_raises_only_protocol_error(value: object) ->
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(0, 2**63 - 1), st.sampled_from(sorted(P.OPS)),
-       st.dictionaries(st.text(max_size=8), st.integers(-(2**63), 2**64 - 1)
-                       | st.text(max_size=8), max_size=4))
+@given(
+    st.integers(0, 2**63 - 1),
+    st.sampled_from(sorted(P.OPS)),
+    st.dictionaries(
+        st.text(max_size=8), st.integers(-(2**63), 2**64 - 1) | st.text(max_size=8), max_size=4
+    ),
+)
 def test_request_frames_round_trip(rid: int, op: str, args: dict[str, object]) -> None:
     data = P.request(rid, op, args)
     (length,) = struct.unpack(">I", data[:4])
@@ -65,10 +74,28 @@ def test_request_frames_round_trip(rid: int, op: str, args: dict[str, object]) -
 
 @pytest.mark.parametrize(
     "value",
-    [[1, 1, "send", {}], [0, -1, "send", {}], [0, 2**63, "send", {}], [0, 1, "nope", {}],
-     [0, 1, "send", []], [0, 1, "send"], [0, 1.0, "send", {}], [True, 1, "send", {}], {}],
-    ids=["response-tag", "negative-rid", "huge-rid", "unknown-op", "args-list", "short",
-         "float-rid", "bool-tag", "map"],
+    [
+        [1, 1, "send", {}],
+        [0, -1, "send", {}],
+        [0, 2**63, "send", {}],
+        [0, 1, "nope", {}],
+        [0, 1, "send", []],
+        [0, 1, "send"],
+        [0, 1.0, "send", {}],
+        [True, 1, "send", {}],
+        {},
+    ],
+    ids=[
+        "response-tag",
+        "negative-rid",
+        "huge-rid",
+        "unknown-op",
+        "args-list",
+        "short",
+        "float-rid",
+        "bool-tag",
+        "map",
+    ],
 )
 def test_wrong_shapes_are_protocol_errors(value: object) -> None:
     with pytest.raises(P.ProtocolError):
@@ -105,13 +132,15 @@ def test_frame_length_at_the_limit_is_accepted() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.from_regex(r"[a-z]{1,10}", fullmatch=True), st.binary(max_size=50),
+    st.from_regex(r"[a-z]{1,10}", fullmatch=True),
+    st.binary(max_size=50),
     st.none() | st.text(min_size=1, max_size=10).filter(lambda s: "\x00" not in s),
     st.none() | st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3),
     st.none() | st.integers(0, 10**9),
 )
-def test_messages_round_trip(topic: str, body: bytes, key: str | None,
-                             props: dict[str, str] | None, delay: int | None) -> None:
+def test_messages_round_trip(
+    topic: str, body: bytes, key: str | None, props: dict[str, str] | None, delay: int | None
+) -> None:
     m = Message(topic, body, key=key, tags="t", properties=props, delay_ms=delay)
     wire = msgpack.unpackb(msgpack.packb(P.encode_message(m)))
     assert P.decode_message(wire) == m
@@ -120,12 +149,12 @@ def test_messages_round_trip(topic: str, body: bytes, key: str | None,
 def test_results_views_and_received_messages_round_trip() -> None:
     r = SendResult(SendStatus.DUPLICATE, "abc", 5)
     assert P.decode_result(P.encode_result(r)) == r
-    v = MessageView("id", "t", MessageState.DEAD, 1, 2, 3, "k", "tg", 4,
-                    {"g": MessageState.DEAD}, "why")
+    v = MessageView(
+        "id", "t", MessageState.DEAD, 1, 2, 3, "k", "tg", 4, {"g": MessageState.DEAD}, "why"
+    )
     assert P.decode_view(msgpack.unpackb(msgpack.packb(P.encode_view(v)))) == v
     rm = ReceivedMessage("id", "t", b"b", 1, 2, 3, b"r", "k", None, {"a": "b"})
-    got = P.decode_received(msgpack.unpackb(msgpack.packb(P.encode_received(rm))), b"\x07",
-                            "n:")
+    got = P.decode_received(msgpack.unpackb(msgpack.packb(P.encode_received(rm))), b"\x07", "n:")
     assert got.receipt == b"\x07r" and got.msg_id == "n:id"
     assert dict(got.properties) == {"a": "b"} and got.body == b"b"
 

@@ -71,8 +71,9 @@ def test_keyed_sends_stick_to_one_endpoint_and_stay_idempotent(
     a, b = two_servers
     with RemoteBroker.from_url(_pair_url(a, b)) as broker:
         first = broker.send(Message("keyed", b"1", key="order:1", delay_ms=60_000))
-        again = [broker.send(Message("keyed", b"2", key="order:1", delay_ms=60_000))
-                 for _ in range(5)]
+        again = [
+            broker.send(Message("keyed", b"2", key="order:1", delay_ms=60_000)) for _ in range(5)
+        ]
         assert {r.status for r in again} == {SendStatus.DUPLICATE}
         assert {r.msg_id for r in again} == {first.msg_id}
         assert broker.abort(key="order:1", topic="keyed").msg_id == first.msg_id
@@ -154,8 +155,11 @@ def test_consumers_and_producers_reconnect_after_a_server_restart(
         assert pull_one(c).body == b"before"
         server.restart()
         r = broker.send(Message("re", b"after"))
-        got = eventually(lambda: [m for m in _pull_quiet(c) if m.msg_id == r.msg_id],
-                         timeout=20, what="the consumer reconnected")
+        got = eventually(
+            lambda: [m for m in _pull_quiet(c) if m.msg_id == r.msg_id],
+            timeout=20,
+            what="the consumer reconnected",
+        )
         assert c.ack(got[0]) is True
 
 
@@ -182,8 +186,14 @@ def test_inflight_messages_of_a_vanished_client_come_back_after_their_invisible_
 ) -> None:
     with RemoteBroker.from_url(manual_server.url) as broker:
         r = broker.send(Message("v", b"x"))
-        done = subprocess.run([sys.executable, "-c", VANISH, manual_server.url], cwd=ROOT,
-                              check=False, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-c", VANISH, manual_server.url],
+            cwd=ROOT,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.stdout.strip() == r.msg_id
         c = broker.consumer("g", ["v"], invisible_ms=5000)
         assert_nothing(c)  # still invisible: the vanished client might come back
@@ -201,8 +211,7 @@ def test_a_long_poll_blocks_no_other_client(server: ServerProcess) -> None:
         t.start()
         for i in range(50):
             assert other.send(Message("now", b"%d" % i)).status is SendStatus.OK
-        assert other.stats().topics["now"].fired_total + other.stats().topics["now"].pending \
-            == 50
+        assert other.stats().topics["now"].fired_total + other.stats().topics["now"].pending == 50
         assert t.is_alive()  # still waiting while the other client was served
         other.send(Message("later", b"wake"))
         t.join(30)
@@ -215,9 +224,18 @@ def test_max_inflight_per_connection_holds_back_further_requests(tmp_path: Path)
     proc = ServerProcess(tmp_path / "d", extra=("--max-inflight", "1")).start()
     try:
         link = proc.link()
-        cid = link.call("consumer_open", {"group": "g", "topics": ["t"], "invisible_ms": 1000,
-                                          "max_attempts": 3, "max_inflight": 10,
-                                          "max_inflight_bytes": 1000}, 10)
+        cid = link.call(
+            "consumer_open",
+            {
+                "group": "g",
+                "topics": ["t"],
+                "invisible_ms": 1000,
+                "max_attempts": 3,
+                "max_inflight": 10,
+                "max_inflight_bytes": 1000,
+            },
+            10,
+        )
         order: list[str] = []
         done = threading.Event()
 
@@ -226,6 +244,7 @@ def test_max_inflight_per_connection_holds_back_further_requests(tmp_path: Path)
                 order.append(name)
                 if len(order) == 2:
                     done.set()
+
             return record  # type: ignore[return-value]
 
         link.submit("pull", {"cid": cid, "max": 1, "wait": 500}, note("pull"))
@@ -242,8 +261,12 @@ def test_sigterm_drains_flushes_and_exits_zero(server: ServerProcess) -> None:
     c = broker.consumer("g", ["idle"])
     parked = threading.Thread(target=lambda: _pull_quiet(c), daemon=True)
     parked.start()
-    ids = [r.msg_id for r in broker.send_batch([Message("drain", b"%d" % i, delay_ms=60_000)
-                                                 for i in range(500)])]
+    ids = [
+        r.msg_id
+        for r in broker.send_batch(
+            [Message("drain", b"%d" % i, delay_ms=60_000) for i in range(500)]
+        )
+    ]
     assert server.stop() == 0  # SIGTERM
     parked.join(30)
     assert not parked.is_alive()
@@ -271,8 +294,11 @@ def test_prometheus_metrics(tmp_path: Path) -> None:
             broker.abort(r.msg_id)
             got = pull_until(c, 3)
             c.ack(got[0])
-            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) \
-                .read().decode()
+            text = (
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10)
+                .read()
+                .decode()
+            )
         lines = set(text.splitlines())
         assert 'chronoq_pending{topic="mt"} 1.0' in lines
         assert 'chronoq_fired_total{topic="mt"} 3.0' in lines
@@ -292,10 +318,27 @@ def test_the_serve_parser_plugs_into_a_chronoq_broker_command() -> None:
     parser = argparse.ArgumentParser(prog="chronoq")
     broker = parser.add_subparsers(dest="command").add_parser("broker")
     add_serve_parser(broker.add_subparsers(dest="broker_command"))
-    args = parser.parse_args(["broker", "serve", "--data-dir", "/d", "--port", "7421",
-                              "--token", "t", "--metrics-port", "9000"])
+    args = parser.parse_args(
+        [
+            "broker",
+            "serve",
+            "--data-dir",
+            "/d",
+            "--port",
+            "7421",
+            "--token",
+            "t",
+            "--metrics-port",
+            "9000",
+        ]
+    )
     assert (args.data_dir, args.host, args.port, args.token, args.metrics_port) == (
-        "/d", "127.0.0.1", 7421, "t", 9000)
+        "/d",
+        "127.0.0.1",
+        7421,
+        "t",
+        9000,
+    )
     assert args.func is serve_main
     assert args.manual_clock is None
 
@@ -310,13 +353,29 @@ CHRONOQ = "import sys; from workers.cli import main; sys.exit(main(sys.argv[1:])
 
 
 def _chronoq(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", CHRONOQ, *argv], check=False, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", CHRONOQ, *argv],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_chronoq_command_line_reaches_a_server_by_url(server: ServerProcess) -> None:
-    sent = _chronoq("send", "--url", server.url, "--topic", "cli", "--body", "hi",
-                    "--delay-ms", "60000", "--json")
+    sent = _chronoq(
+        "send",
+        "--url",
+        server.url,
+        "--topic",
+        "cli",
+        "--body",
+        "hi",
+        "--delay-ms",
+        "60000",
+        "--json",
+    )
     assert sent.returncode == 0, sent.stderr
     with RemoteBroker.from_url(server.url) as b:
         (view,) = b.pending(topic="cli")
@@ -339,13 +398,13 @@ def test_a_send_timeout_raises_and_keeps_the_link(server: ServerProcess) -> None
         link = broker.endpoints[0].link(lambda: None)
         server.proc.send_signal(signal.SIGSTOP)
         pid = server.proc.pid
-        eventually(lambda: "\tT" in Path(f"/proc/{pid}/status").read_text(),
-                   what="the server is stopped")
+        eventually(
+            lambda: "\tT" in Path(f"/proc/{pid}/status").read_text(), what="the server is stopped"
+        )
         try:
             with pytest.raises(ConnectionFailed) as info:
                 broker.send(Message("slow", b"late"))
-            assert isinstance(info.value.__context__, RequestTimeout) or "300 ms" in str(
-                info.value)
+            assert isinstance(info.value.__context__, RequestTimeout) or "300 ms" in str(info.value)
         finally:
             server.proc.send_signal(signal.SIGCONT)
         assert broker.send(Message("slow", b"after")).status is SendStatus.OK

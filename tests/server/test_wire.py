@@ -21,8 +21,9 @@ def test_a_batch_request_runs_each_member_and_answers_each(
     try:
         good = P.encode_message(Message("b", b"x", delay_ms=1_000))
         bad = ["", b"x", None, None, None, None, None, None, None]
-        answers = link.call("batch", {"reqs": [["send", {"m": good}], ["send", {"m": bad}],
-                                               ["stats", {}]]}, 30)
+        answers = link.call(
+            "batch", {"reqs": [["send", {"m": good}], ["send", {"m": bad}], ["stats", {}]]}, 30
+        )
     finally:
         link.close()
     assert [a[0] for a in answers] == [P.OK, P.ERROR, P.OK]
@@ -42,6 +43,7 @@ def test_pipelined_requests_are_all_answered_by_id(manual_server: ServerProcess)
             results[i] = (result, error)
             if len(results) == n:
                 done.set()
+
         return record
 
     try:

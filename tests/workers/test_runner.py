@@ -182,8 +182,9 @@ def test_ops_commands_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[s
         assert broker.stats().pending == 0
 
 
-def test_chronoq_bench_lists_runs_and_refuses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_chronoq_bench_lists_runs_and_refuses(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(ROOT)
     assert main(["bench"]) == 0
     listed = capsys.readouterr().out
