@@ -14,6 +14,7 @@ was wrong and what to do about it.
     │   └── MessageTooLarge                 body over the broker's max size
     ├── InvalidArgument (ValueError)        a bad argument to any other call
     ├── UnknownScheme (ValueError)          open_broker() got a URL it cannot serve
+    ├── MissingExtra (ImportError)          a feature whose optional extra is not installed
     ├── MessageNotFound (LookupError)       an id or key names no message
     ├── DecodeError                         stored or received bytes that do not decode
     └── BrokerError                         the broker itself failed
@@ -74,6 +75,22 @@ class UnknownScheme(ChronoqError, ValueError):
         self.url = url
         super().__init__(
             f"no broker adapter for URL {url!r}; known schemes: {', '.join(sorted(known))}"
+        )
+
+
+class MissingExtra(ChronoqError, ImportError):
+    """A feature needs an optional part of chronoq that is not installed.
+
+    :param extra: the extra's name (``celery``, ``spark``, ``redis``, ``report``, ``metrics``).
+    :param feature: what was asked for, in words (``"the Celery executor"``).
+    """
+
+    def __init__(self, extra: str, feature: str) -> None:
+        self.extra = extra
+        self.feature = feature
+        super().__init__(
+            f"{feature} needs chronoq's {extra!r} extra, which is not installed: "
+            f"pip install 'chronoq[{extra}]'"
         )
 
 
