@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Self
 
-from broker_adapter.message import Message
+from broker_adapter.message import DELAY_LEVELS, Message
 from broker_adapter.results import (
     AbortResult,
     BrokerStats,
@@ -26,6 +26,13 @@ from broker_adapter.results import (
 #: Called by ``send_async`` with exactly one of a result or an exception.
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
 
+# The defaults every adapter shares (each defined here only).
+#: Largest body (plus properties) a broker accepts by default: 4 MiB.
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+#: The furthest ahead a message may be due by default: 10 years of 366 days.
+DEFAULT_MAX_DELAY_MS = 10 * 366 * 24 * 3600 * 1000
+#: How long fired messages (and their keys) stay readable by default: 72 h.
+DEFAULT_RETENTION_MS = 72 * 3600 * 1000
 DEFAULT_INVISIBLE_MS = 60_000
 DEFAULT_MAX_ATTEMPTS = 16
 DEFAULT_MAX_INFLIGHT = 1_000
@@ -37,85 +44,8 @@ RETRY_LEVEL_OFFSET = 2
 
 def retry_backoff_ms(attempt: int) -> int:
     """Backoff before redelivery after failed delivery number ``attempt`` (1-based)."""
-    from broker_adapter.message import DELAY_LEVELS
-
     level = min(attempt + RETRY_LEVEL_OFFSET, len(DELAY_LEVELS))
     return DELAY_LEVELS[max(level, 1) - 1]
-
-
-def check_pull_args(max_messages: object, wait_ms: object) -> None:
-    """Raise ``InvalidArgument`` unless ``max_messages >= 1`` and ``wait_ms >= 0`` are ints
-    (what every adapter's ``pull`` checks first)."""
-    from broker_adapter.errors import InvalidArgument
-
-    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-        raise InvalidArgument(f"max_messages must be an int >= 1, got {max_messages!r}")
-    if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or wait_ms < 0:
-        raise InvalidArgument(f"wait_ms must be an int >= 0, got {wait_ms!r}")
-
-
-def check_abort_args(msg_id: object, key: object, topic: object) -> None:
-    """Raise ``InvalidArgument`` unless ``abort`` got ``msg_id`` alone, or ``key`` with
-    ``topic`` (what every adapter's ``abort`` checks first)."""
-    from broker_adapter.errors import InvalidArgument
-
-    if (msg_id is None) == (key is None) or (key is None) != (topic is None):
-        raise InvalidArgument("abort takes msg_id=..., or key=... with topic=...")
-
-
-def check_pending_limit(limit: object) -> None:
-    """Raise ``InvalidArgument`` unless ``limit`` (of ``pending``) is an int >= 1."""
-    from broker_adapter.errors import InvalidArgument
-
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidArgument(f"limit must be an int >= 1, got {limit!r}")
-
-
-def check_consumer_args(group: str, topics: Iterable[str], **limits: object) -> tuple[str, ...]:
-    """Check a ``consumer(...)`` call: the group name, at least one topic (``%DLQ%...``
-    allowed), every limit an int >= 1; returns the topics without repeats, in order.
-
-    :raises InvalidTopic: for a bad group or topic name.
-    :raises InvalidArgument: for no topic or a bad limit.
-    """
-    from broker_adapter.errors import InvalidArgument
-    from broker_adapter.message import check_topic
-
-    check_topic(group)
-    names = tuple(dict.fromkeys(check_topic(t, allow_system=True) for t in topics))
-    if not names:
-        raise InvalidArgument("a consumer needs at least one topic")
-    for label, limit in limits.items():
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidArgument(f"{label} must be an int >= 1, got {limit!r}")
-    return names
-
-
-def check_nack_delay(delay_ms: object) -> None:
-    """Raise ``InvalidArgument`` unless ``delay_ms`` is ``None`` or an int >= 0."""
-    from broker_adapter.errors import InvalidArgument
-
-    if delay_ms is not None and (
-        isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0
-    ):
-        raise InvalidArgument(f"delay_ms must be an int >= 0 or None, got {delay_ms!r}")
-
-
-def check_invisible_ms(invisible_ms: object) -> None:
-    """Raise ``InvalidArgument`` unless ``invisible_ms`` (of ``extend``) is an int >= 1."""
-    from broker_adapter.errors import InvalidArgument
-
-    if isinstance(invisible_ms, bool) or not isinstance(invisible_ms, int) or invisible_ms < 1:
-        raise InvalidArgument(f"invisible_ms must be an int >= 1, got {invisible_ms!r}")
-
-
-def check_release_delay(delay_ms: object) -> None:
-    """Raise ``InvalidArgument`` unless ``delay_ms`` (of ``release``) is an int >= 0."""
-    if delay_ms is None:
-        from broker_adapter.errors import InvalidArgument
-
-        raise InvalidArgument("delay_ms must be an int >= 0, got None")
-    check_nack_delay(delay_ms)
 
 
 def retry_topic(group: str) -> str:

@@ -7,13 +7,12 @@ what every adapter checks first, so each adapter only writes its primitives.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from typing import TypeGuard
 
 from broker_adapter.errors import InvalidArgument
-from broker_adapter.message import check_topic
 
 
-def is_int(value: object, minimum: int | None = None, maximum: int | None = None) -> bool:
+def is_int(value: object, minimum: int | None = None, maximum: int | None = None) -> TypeGuard[int]:
     """Whether ``value`` is an int (a bool is not) within ``[minimum, maximum]``."""
     if isinstance(value, bool) or not isinstance(value, int):
         return False
@@ -28,7 +27,7 @@ def check_int(name: str, value: object, minimum: int = 1, maximum: int | None = 
     if not is_int(value, minimum, maximum):
         bound = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
         raise InvalidArgument(f"{name} must be an int {bound}, got {value!r}")
-    return value  # type: ignore[return-value]  # is_int checked it
+    return value
 
 
 def check_pull_args(max_messages: object, wait_ms: object) -> None:
@@ -48,22 +47,6 @@ def check_abort_args(msg_id: object, key: object, topic: object) -> None:
 def check_pending_limit(limit: object) -> None:
     """Raise ``InvalidArgument`` unless ``limit`` (of ``pending``) is an int >= 1."""
     check_int("limit", limit)
-
-
-def check_consumer_args(group: str, topics: Iterable[str], **limits: object) -> tuple[str, ...]:
-    """Check a ``consumer(...)`` call: the group name, at least one topic (``%DLQ%...``
-    allowed), every limit an int >= 1; returns the topics without repeats, in order.
-
-    :raises InvalidTopic: for a bad group or topic name.
-    :raises InvalidArgument: for no topic or a bad limit.
-    """
-    check_topic(group)
-    names = tuple(dict.fromkeys(check_topic(t, allow_system=True) for t in topics))
-    if not names:
-        raise InvalidArgument("a consumer needs at least one topic")
-    for label, limit in limits.items():
-        check_int(label, limit)
-    return names
 
 
 def check_nack_delay(delay_ms: object) -> None:
@@ -93,7 +76,6 @@ def check_positive_settings(**settings: object) -> None:
 
 __all__ = [
     "check_abort_args",
-    "check_consumer_args",
     "check_int",
     "check_invisible_ms",
     "check_nack_delay",

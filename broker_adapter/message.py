@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from broker_adapter.checks import is_int
 from broker_adapter.errors import InvalidDelay, InvalidMessage, InvalidTopic
 
 #: RocketMQ 4.x ``messageDelayLevel`` in milliseconds; level ``n`` is ``DELAY_LEVELS[n - 1]``.
@@ -64,7 +65,7 @@ def check_topic(topic: object, *, allow_system: bool = False) -> str:
 
 
 def _check_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise InvalidDelay(name, value, "must be an int")
     if value < 0:
         raise InvalidDelay(name, value, "must not be negative")

@@ -14,24 +14,20 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from broker_adapter.adapter import AdapterBase, ConsumerLimits
 from broker_adapter.base import (
-    DEFAULT_INVISIBLE_MS,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_INFLIGHT,
-    DEFAULT_MAX_INFLIGHT_BYTES,
-    BrokerAdapter,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_DELAY_MS,
+    DEFAULT_RETENTION_MS,
     Consumer,
-    SendCallback,
-    check_abort_args,
-    check_pending_limit,
     dead_letter_topic,
 )
+from broker_adapter.checks import check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.embedded import keys as K
-from broker_adapter.embedded.async_sender import AsyncSender
 from broker_adapter.embedded.group_registry import GroupRegistry
 from broker_adapter.embedded.query import MessageQuery
 from broker_adapter.embedded.records import (
@@ -41,10 +37,8 @@ from broker_adapter.embedded.retention import Retention
 from broker_adapter.embedded.store import RocksStore
 from broker_adapter.embedded.timing_wheel import TimingWheel
 from broker_adapter.errors import (
-    BrokerClosed,
     InvalidArgument,
     InvalidDelay,
-    MessageTooLarge,
 )
 from broker_adapter.message import Message
 from broker_adapter.results import (
@@ -61,16 +55,13 @@ from broker_adapter.urls import split_url
 log = logging.getLogger("chronoq.broker_adapter.EmbeddedBroker")
 log.addHandler(logging.NullHandler())
 
-DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
-DEFAULT_MAX_DELAY_MS = 10 * 366 * 24 * 3600 * 1000
-DEFAULT_RETENTION_MS = 72 * 3600 * 1000
 _SEQ_BLOCK = 1 << 20
 _RANGE_DELETE_MIN = 256
 _TRIM_INTERVAL_MS = 60_000
 _OK, _DUP = SendStatus.OK, SendStatus.DUPLICATE
 
 
-class EmbeddedBroker(BrokerAdapter):
+class EmbeddedBroker(AdapterBase):
     """The embedded broker on a RocksDB directory (``rocksdb://PATH``).
 
     :param path: data directory; one process owns it at a time.
@@ -99,15 +90,13 @@ class EmbeddedBroker(BrokerAdapter):
         retention_ms: int = DEFAULT_RETENTION_MS,
         fire_chunk: int = 1000,
     ) -> None:
-        for name, setting in (
-            ("max_body_bytes", max_body_bytes),
-            ("max_delay_ms", max_delay_ms),
-            ("window_ms", window_ms),
-            ("retention_ms", retention_ms),
-            ("fire_chunk", fire_chunk),
-        ):
-            if isinstance(setting, bool) or not isinstance(setting, int) or setting <= 0:
-                raise InvalidArgument(f"{name} must be a positive int, got {setting!r}")
+        check_positive_settings(
+            max_body_bytes=max_body_bytes,
+            max_delay_ms=max_delay_ms,
+            window_ms=window_ms,
+            retention_ms=retention_ms,
+            fire_chunk=fire_chunk,
+        )
         self._store = RocksStore(path, durability)
         self.path = self._store.path
         self._clock = clock or SystemClock()
@@ -116,19 +105,18 @@ class EmbeddedBroker(BrokerAdapter):
         self.retention_ms = retention_ms
         self._fire_chunk = fire_chunk
         self._lock = threading.RLock()
-        self._closed = False
         meta = self._store.cf[K.CF_META]
         self._topic_ids: dict[str, int] = {}
         self._topic_names: dict[int, str] = {}
         self._tid_prefix: dict[int, bytes] = {}
-        self._pending: dict[int, int] = {}
+        self._pending_counts: dict[int, int] = {}
         self._fired: dict[int, int] = {}
         self._tails: dict[int, bytes] = {}
         for key, value in self._store.scan(K.CF_META, K.META_TOPIC, b"U", 1 << 30):
             self._remember_topic(key[1:].decode(), int(K.U16.unpack(value)[0]))
         for key, value in self._store.scan(K.CF_META, K.META_COUNTERS, b"O", 1 << 30):
             tid = int(K.U16.unpack_from(key, 1)[0])
-            self._pending[tid], self._fired[tid] = K.U64X2.unpack(value)
+            self._pending_counts[tid], self._fired[tid] = K.U64X2.unpack(value)
         seq = meta.get(K.META_SEQ)
         self._seq = self._seq_hi = int(K.U64.unpack(seq)[0]) if seq else 1
         fired_upto = meta.get(K.META_FIRED_UPTO) or K.wheel_key(0, 0)
@@ -142,12 +130,11 @@ class EmbeddedBroker(BrokerAdapter):
         self._wheel = TimingWheel(self._store, fired_upto, window_ms=window_ms)
         self._groups = GroupRegistry(self)
         self._retention = Retention(self)
-        self._query = MessageQuery(self)
+        self._queries = MessageQuery(self)
         self._wake = threading.Condition(threading.Lock())
         self._kicked = False
         self._planned_wake = 0
         self._clock.subscribe(self._kick)
-        self._sender = AsyncSender(self.send_batch, self._check_open, self.max_body_bytes)
         self._thread = threading.Thread(
             target=self._run, name=f"chronoq-wheel:{self.path.name}", daemon=True
         )
@@ -221,10 +208,6 @@ class EmbeddedBroker(BrokerAdapter):
         self._seq = seq + 1
         return seq
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise BrokerClosed(f"broker on {self.path} is closed")
-
     def _kick(self) -> None:
         with self._wake:
             self._kicked = True
@@ -232,30 +215,16 @@ class EmbeddedBroker(BrokerAdapter):
 
     # -- sending ----------------------------------------------------------------------
 
-    def send(self, message: Message) -> SendResult:
-        """See :meth:`BrokerAdapter.send`."""
-        return self.send_batch((message,))[0]
-
-    def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
-        """See :meth:`BrokerAdapter.send_batch`."""
-        self._check_open()
-        props_of: dict[int, bytes] = {}
-        for i, m in enumerate(messages):
-            if not isinstance(m, Message):
-                raise InvalidArgument(f"send takes Message objects, got {type(m).__name__}")
-            size = len(m.body)
-            if m.properties:
-                props_of[i] = m.properties_bytes()
-                size += len(props_of[i])
-            if size > self.max_body_bytes:
-                raise MessageTooLarge(size, self.max_body_bytes)
+    def _send_checked(self, messages: Sequence[Message]) -> list[SendResult]:
+        """See :meth:`BrokerAdapter.send_batch`: one write batch."""
+        props_of = {i: m.properties_bytes() for i, m in enumerate(messages) if m.properties}
         store = self._store
         h_wheel, h_keys = store.handle[K.CF_WHEEL], store.handle[K.CF_KEYS]
         keys_cf = store.cf[K.CF_KEYS]
         pack_wheel = K.wheel_key
         results: list[SendResult] = []
         with self._lock:
-            self._check_open()
+            self.check_open()  # closed while waiting for the lock
             now = self._now()
             dues = [m.deliver_at(now) for m in messages]
             limit = min(now + self.max_delay_ms, K.MAX_TIME_MS)
@@ -341,34 +310,17 @@ class EmbeddedBroker(BrokerAdapter):
         h_meta = self._store.handle[K.CF_META]
         for tid, n in counts.items():
             if fired:
-                self._pending[tid] = self._pending.get(tid, 0) - n
+                self._pending_counts[tid] = self._pending_counts.get(tid, 0) - n
                 self._fired[tid] = self._fired.get(tid, 0) + n
             else:
-                self._pending[tid] = self._pending.get(tid, 0) + n
-            value = K.U64X2.pack(max(self._pending[tid], 0), self._fired.get(tid, 0))
+                self._pending_counts[tid] = self._pending_counts.get(tid, 0) + n
+            value = K.U64X2.pack(max(self._pending_counts[tid], 0), self._fired.get(tid, 0))
             batch.put(K.META_COUNTERS + self._tid_prefix[tid], value, h_meta)
-
-    def send_async(self, message: Message, callback: SendCallback) -> None:
-        """See :meth:`BrokerAdapter.send_async`."""
-        self._sender.submit(message, callback)
-
-    def send_oneway(self, message: Message) -> None:
-        """See :meth:`BrokerAdapter.send_oneway`."""
-        self._sender.submit(message, None)
-
-    def flush(self, timeout_s: float = 10.0) -> None:
-        """See :meth:`BrokerAdapter.flush`."""
-        self._check_open()
-        self._sender.flush(timeout_s)
 
     # -- aborting and reading -----------------------------------------------------------
 
-    def abort(
-        self, msg_id: str | None = None, *, key: str | None = None, topic: str | None = None
-    ) -> AbortResult:
+    def _abort(self, msg_id: str | None, key: str | None, topic: str | None) -> AbortResult:
         """See :meth:`BrokerAdapter.abort`."""
-        check_abort_args(msg_id, key, topic)
-        self._check_open()
         store = self._store
         with self._lock:
             if msg_id is not None:
@@ -406,29 +358,21 @@ class EmbeddedBroker(BrokerAdapter):
             self._wheel.cancel(wkey)
         return AbortResult(AbortStatus.ABORTED, msg_id)
 
-    def query(self, msg_id: str) -> MessageView | None:
+    def _query(self, msg_id: str) -> MessageView | None:
         """See :meth:`BrokerAdapter.query`."""
-        self._check_open()
-        return self._query.view(msg_id)
+        return self._queries.view(msg_id)
 
-    def pending(
-        self,
-        topic: str | None = None,
-        start_ms: int | None = None,
-        end_ms: int | None = None,
-        limit: int = 100,
+    def _pending(
+        self, topic: str | None, start_ms: int | None, end_ms: int | None, limit: int
     ) -> list[MessageView]:
         """See :meth:`BrokerAdapter.pending`."""
-        check_pending_limit(limit)
-        self._check_open()
-        return self._query.pending(topic, start_ms, end_ms, limit)
+        return self._queries.pending(topic, start_ms, end_ms, limit)
 
-    def stats(self) -> BrokerStats:
+    def _stats(self) -> BrokerStats:
         """See :meth:`BrokerAdapter.stats`."""
-        self._check_open()
         with self._lock:
             counts = {
-                name: (tid, max(self._pending.get(tid, 0), 0), self._fired.get(tid, 0))
+                name: (tid, max(self._pending_counts.get(tid, 0), 0), self._fired.get(tid, 0))
                 for name, tid in self._topic_ids.items()
             }
             dead_of = {}
@@ -442,25 +386,9 @@ class EmbeddedBroker(BrokerAdapter):
         }
         return BrokerStats(topics=topics, groups=groups)
 
-    def consumer(
-        self,
-        group: str,
-        topics: Iterable[str],
-        *,
-        invisible_ms: int = DEFAULT_INVISIBLE_MS,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_inflight: int = DEFAULT_MAX_INFLIGHT,
-        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
-    ) -> Consumer:
+    def _consumer(self, group: str, topics: tuple[str, ...], limits: ConsumerLimits) -> Consumer:
         """See :meth:`BrokerAdapter.consumer`."""
-        return self._groups.consumer(
-            group,
-            topics,
-            invisible_ms=invisible_ms,
-            max_attempts=max_attempts,
-            max_inflight=max_inflight,
-            max_inflight_bytes=max_inflight_bytes,
-        )
+        return self._groups.consumer(group, topics, limits)
 
     # -- the wheel thread -------------------------------------------------------------------
 
@@ -530,14 +458,8 @@ class EmbeddedBroker(BrokerAdapter):
                 log.exception("wheel thread error on %s", self.path)
                 time.sleep(0.05)
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """See :meth:`BrokerAdapter.close`."""
-        if self._closed:
-            return
-        try:
-            self._sender.close()
-        finally:
-            self._closed = True
         self._clock.unsubscribe(self._kick)
         self._kick()
         self._groups.notify()

@@ -12,19 +12,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from broker_adapter.base import (
-    DEFAULT_INVISIBLE_MS,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_INFLIGHT,
-    DEFAULT_MAX_INFLIGHT_BYTES,
-    check_consumer_args,
-    dead_letter_topic,
-    retry_backoff_ms,
-    retry_topic,
-)
+from broker_adapter.adapter import ConsumerLimits
+from broker_adapter.base import dead_letter_topic, retry_backoff_ms, retry_topic
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.groups import ConsumerGroup, EmbeddedConsumer, Flight
 from broker_adapter.embedded.records import record_id, with_topic_and_attempts
@@ -85,26 +76,11 @@ class GroupRegistry:
         self.subscribers.setdefault(tid, []).append(group)
 
     def consumer(
-        self,
-        group: str,
-        topics: Iterable[str],
-        *,
-        invisible_ms: int = DEFAULT_INVISIBLE_MS,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_inflight: int = DEFAULT_MAX_INFLIGHT,
-        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+        self, group: str, names: tuple[str, ...], limits: ConsumerLimits
     ) -> EmbeddedConsumer:
-        """A new member of ``group``; see :meth:`BrokerAdapter.consumer`."""
+        """A new member of ``group`` on the topics ``names`` (checked by the adapter base);
+        see :meth:`BrokerAdapter.consumer`."""
         b = self._broker
-        names = check_consumer_args(
-            group,
-            topics,
-            invisible_ms=invisible_ms,
-            max_attempts=max_attempts,
-            max_inflight=max_inflight,
-            max_inflight_bytes=max_inflight_bytes,
-        )
-        b._check_open()
         with self._lock:
             g = self.groups.get(group)
             known = set() if g is None else {b._topic_names[t] for t in g.cursors}
@@ -119,9 +95,11 @@ class GroupRegistry:
                     with g.lock:
                         for name in names:
                             self._attach_topic(g, name)
-            g.invisible_ms, g.max_attempts = invisible_ms, max_attempts
+            g.invisible_ms, g.max_attempts = limits.invisible_ms, limits.max_attempts
             tids = [b._topic_ids[n] for n in names] + [g.retry_tid]
-        consumer = EmbeddedConsumer(b, g, tids, names, max_inflight, max_inflight_bytes)
+        consumer = EmbeddedConsumer(
+            b, g, tids, names, limits.max_inflight, limits.max_inflight_bytes
+        )
         self.consumers.add(consumer)
         return consumer
 
@@ -144,7 +122,7 @@ class GroupRegistry:
             with self._ready:
                 if self._epoch == epoch:
                     self._ready.wait(remaining)
-            b._check_open()
+            b.check_open()
 
     def _maybe_kick_deadline(self, group: ConsumerGroup) -> None:
         b = self._broker

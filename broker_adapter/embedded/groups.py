@@ -21,8 +21,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from broker_adapter.base import (
-    Consumer,
+from broker_adapter.base import Consumer
+from broker_adapter.checks import (
     check_invisible_ms,
     check_nack_delay,
     check_pull_args,
@@ -231,7 +231,7 @@ class EmbeddedConsumer(Consumer):
     def _check(self) -> None:
         if self.closed:
             raise BrokerClosed(f"consumer of group {self.group!r} is closed")
-        self._broker._check_open()
+        self._broker.check_open()
 
     def pull(self, max_messages: int = 32, wait_ms: int = 1000) -> list[ReceivedMessage]:
         """See :meth:`broker_adapter.base.Consumer.pull`."""

@@ -21,22 +21,17 @@ from typing import Any
 import msgpack
 import redis
 
+from broker_adapter.adapter import AdapterBase, ConsumerLimits
 from broker_adapter.base import (
-    DEFAULT_INVISIBLE_MS,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_INFLIGHT,
-    DEFAULT_MAX_INFLIGHT_BYTES,
-    BrokerAdapter,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_DELAY_MS,
+    DEFAULT_RETENTION_MS,
     Consumer,
-    SendCallback,
-    check_abort_args,
-    check_consumer_args,
-    check_pending_limit,
     retry_topic,
 )
+from broker_adapter.checks import check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
-from broker_adapter.embedded.async_sender import AsyncSender
-from broker_adapter.errors import BrokerClosed, InvalidArgument, InvalidDelay, MessageTooLarge
+from broker_adapter.errors import InvalidArgument, InvalidDelay
 from broker_adapter.message import Message
 from broker_adapter.redis import keys as K
 from broker_adapter.redis.acks import AckBatcher
@@ -54,9 +49,6 @@ from broker_adapter.results import (
     SendStatus,
 )
 
-DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
-DEFAULT_MAX_DELAY_MS = 10 * 366 * 24 * 3600 * 1000
-DEFAULT_RETENTION_MS = 72 * 3600 * 1000
 _ABORT = {
     b"A": AbortStatus.ABORTED,
     b"D": AbortStatus.ALREADY_DELIVERED,
@@ -64,7 +56,7 @@ _ABORT = {
 }
 
 
-class RedisBroker(BrokerAdapter):
+class RedisBroker(AdapterBase):
     """Timed messages on Redis; see :mod:`broker_adapter.redis.keys` for the keyspace.
 
     :param client: a ``redis.Redis`` or ``redis.RedisCluster`` (bytes replies).
@@ -99,15 +91,13 @@ class RedisBroker(BrokerAdapter):
     ) -> None:
         if shards is None:
             shards = K.DEFAULT_SHARDS if isinstance(client, redis.RedisCluster) else K.SINGLE_SHARDS
-        for name, value in (
-            ("shards", shards),
-            ("max_body_bytes", max_body_bytes),
-            ("max_delay_ms", max_delay_ms),
-            ("retention_ms", retention_ms),
-            ("fire_chunk", fire_chunk),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InvalidArgument(f"{name} must be a positive int, got {value!r}")
+        check_positive_settings(
+            shards=shards,
+            max_body_bytes=max_body_bytes,
+            max_delay_ms=max_delay_ms,
+            retention_ms=retention_ms,
+            fire_chunk=fire_chunk,
+        )
         if shards > K.MAX_SHARDS:
             raise InvalidArgument(f"shards must be at most {K.MAX_SHARDS}, got {shards}")
         self.log = logging.getLogger("chronoq.broker_adapter.RedisBroker")
@@ -127,7 +117,6 @@ class RedisBroker(BrokerAdapter):
         self.retention_ms = retention_ms
         self.topic_names: dict[bytes, str] = {}
         self.scripts = Scripts(client)
-        self.closed = False
         self._rr = 0
         self._rr_lock = threading.Lock()
         self._ready = threading.Condition(threading.Lock())
@@ -144,7 +133,6 @@ class RedisBroker(BrokerAdapter):
         if fire:
             self.firer.start()
             self.clock.subscribe(self.firer.kick)
-        self._sender = AsyncSender(self.send_batch, self.check_open, max_body_bytes)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisBroker:
@@ -168,11 +156,6 @@ class RedisBroker(BrokerAdapter):
     def now_ms(self) -> int:
         """Broker time (the injected clock), epoch ms."""
         return self.clock.now_ms()
-
-    def check_open(self) -> None:
-        """:raises BrokerClosed: when the broker is closed."""
-        if self.closed:
-            raise BrokerClosed("Redis broker is closed")
 
     def notify_ready(self, shards: Iterable[int]) -> None:
         """Wake this process's pulls; ``shards`` may have new ready messages."""
@@ -205,38 +188,25 @@ class RedisBroker(BrokerAdapter):
 
     # -- sending ---------------------------------------------------------------------------
 
-    def send(self, message: Message) -> SendResult:
-        """See :meth:`BrokerAdapter.send`."""
-        return self.send_batch((message,))[0]
-
-    def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+    def _send_checked(self, messages: Sequence[Message]) -> list[SendResult]:
         """See :meth:`BrokerAdapter.send_batch`. One script call (one per master on a
         cluster) for every shard of the batch; every check is made before anything is
         written. Each message goes as one
         msgpack record packed here (``send.lua`` stores it as it is)."""
-        self.check_open()
-        if not messages:
-            return []
         now = self.now_ms()
         limit = now + self.max_delay_ms
         count = len(self.bases)
         with self._rr_lock:
             rr = self._rr
             self._rr = (rr + 1) % count
-        max_body = self.max_body_bytes
         pack = msgpack.Packer(use_bin_type=False).pack
         # per shard: message indexes, keyless counts per topic, the records
         per_shard: dict[int, tuple[list[int], dict[str, int], list[Any]]] = {}
         dues: list[int] = []
-        keyless = sum(1 for m in messages if isinstance(m, Message) and m.key is None) or 1
+        keyless = sum(1 for m in messages if m.key is None) or 1
         j = 0
         for i, m in enumerate(messages):
-            if not isinstance(m, Message):
-                raise InvalidArgument(f"send takes Message objects, got {type(m).__name__}")
             props = m.properties_bytes() if m.properties else b""
-            size = len(m.body) + len(props)
-            if size > max_body:
-                raise MessageTooLarge(size, max_body)
             at = m.deliver_at_ms
             due = max(now, at) if at is not None else m.deliver_at(now)
             if due > limit:
@@ -311,29 +281,16 @@ class RedisBroker(BrokerAdapter):
                 self.firer.note_due(s, wake)
         return results
 
-    def send_async(self, message: Message, callback: SendCallback) -> None:
-        """See :meth:`BrokerAdapter.send_async`."""
-        self._sender.submit(message, callback)
-
-    def send_oneway(self, message: Message) -> None:
-        """See :meth:`BrokerAdapter.send_oneway`."""
-        self._sender.submit(message, None)
-
-    def flush(self, timeout_s: float = 10.0) -> None:
-        """See :meth:`BrokerAdapter.flush`."""
-        self.check_open()
-        self._sender.flush(timeout_s)
+    def _flush(self, timeout_s: float) -> None:
+        """See :meth:`BrokerAdapter.flush`; batched acks are written too."""
+        super()._flush(timeout_s)
         with redis_errors("flush"):
             self.acks.flush()
 
     # -- aborting and reading --------------------------------------------------------------
 
-    def abort(
-        self, msg_id: str | None = None, *, key: str | None = None, topic: str | None = None
-    ) -> AbortResult:
+    def _abort(self, msg_id: str | None, key: str | None, topic: str | None) -> AbortResult:
         """See :meth:`BrokerAdapter.abort`."""
-        check_abort_args(msg_id, key, topic)
-        self.check_open()
         count = len(self.bases)
         if msg_id is not None:
             parsed = K.parse_id(msg_id, count)
@@ -351,9 +308,8 @@ class RedisBroker(BrokerAdapter):
             return AbortResult(AbortStatus.NOT_FOUND, None)
         return AbortResult(_ABORT[status], K.make_id(shard, n.decode()))
 
-    def query(self, msg_id: str) -> MessageView | None:
+    def _query(self, msg_id: str) -> MessageView | None:
         """See :meth:`BrokerAdapter.query`."""
-        self.check_open()
         parsed = K.parse_id(msg_id, len(self.bases))
         if parsed is None:
             return None
@@ -380,16 +336,10 @@ class RedisBroker(BrokerAdapter):
                         retry_due[group] = int(score)
         return build_view(msg_id, fields, retry_due, int(body_size))
 
-    def pending(
-        self,
-        topic: str | None = None,
-        start_ms: int | None = None,
-        end_ms: int | None = None,
-        limit: int = 100,
+    def _pending(
+        self, topic: str | None, start_ms: int | None, end_ms: int | None, limit: int
     ) -> list[MessageView]:
         """See :meth:`BrokerAdapter.pending`."""
-        check_pending_limit(limit)
-        self.check_open()
         lo = "-inf" if start_ms is None else str(int(start_ms))
         hi = "+inf" if end_ms is None else str(int(end_ms))
         calls: list[Call] = [
@@ -406,9 +356,8 @@ class RedisBroker(BrokerAdapter):
         rows.sort(key=lambda r: r[:3])
         return [pending_view(K.make_id(s, row[0].decode()), row) for _, s, _, row in rows[:limit]]
 
-    def stats(self) -> BrokerStats:
+    def _stats(self) -> BrokerStats:
         """See :meth:`BrokerAdapter.stats`."""
-        self.check_open()
         with redis_errors("stats"):
             self.acks.flush()
             pipe = self.client.pipeline(transaction=False)
@@ -417,26 +366,8 @@ class RedisBroker(BrokerAdapter):
             hashes = pipe.execute()
         return build_stats(hashes)
 
-    def consumer(
-        self,
-        group: str,
-        topics: Iterable[str],
-        *,
-        invisible_ms: int = DEFAULT_INVISIBLE_MS,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_inflight: int = DEFAULT_MAX_INFLIGHT,
-        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
-    ) -> Consumer:
+    def _consumer(self, group: str, names: tuple[str, ...], limits: ConsumerLimits) -> Consumer:
         """See :meth:`BrokerAdapter.consumer`."""
-        names = check_consumer_args(
-            group,
-            topics,
-            invisible_ms=invisible_ms,
-            max_attempts=max_attempts,
-            max_inflight=max_inflight,
-            max_inflight_bytes=max_inflight_bytes,
-        )
-        self.check_open()
         subscribed = (*names, retry_topic(group))
         with redis_errors("consumer"):
             self.scripts.pipeline(
@@ -449,22 +380,16 @@ class RedisBroker(BrokerAdapter):
             self,
             group,
             names,
-            invisible_ms=invisible_ms,
-            max_attempts=max_attempts,
-            max_inflight=max_inflight,
-            max_inflight_bytes=max_inflight_bytes,
+            invisible_ms=limits.invisible_ms,
+            max_attempts=limits.max_attempts,
+            max_inflight=limits.max_inflight,
+            max_inflight_bytes=limits.max_inflight_bytes,
         )
         self._consumers.add(c)
         return c
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """See :meth:`BrokerAdapter.close`."""
-        if self.closed:
-            return
-        try:
-            self._sender.close()
-        finally:
-            self.closed = True
         if self._fire:
             self.clock.unsubscribe(self.firer.kick)
         self.firer.close()

@@ -18,13 +18,12 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from broker_adapter.base import (
-    Consumer,
+from broker_adapter.base import Consumer, retry_backoff_ms
+from broker_adapter.checks import (
     check_invisible_ms,
     check_nack_delay,
     check_pull_args,
     check_release_delay,
-    retry_backoff_ms,
 )
 from broker_adapter.errors import BrokerClosed
 from broker_adapter.redis.scripts import redis_errors

@@ -20,22 +20,13 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from broker_adapter.base import (
-    DEFAULT_INVISIBLE_MS,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_INFLIGHT,
-    DEFAULT_MAX_INFLIGHT_BYTES,
-    BrokerAdapter,
-    Consumer,
-    SendCallback,
-    check_abort_args,
-    check_pending_limit,
-)
+from broker_adapter.adapter import AdapterBase, ConsumerLimits
+from broker_adapter.base import Consumer, SendCallback
+from broker_adapter.checks import check_int
 from broker_adapter.errors import (
-    BrokerClosed,
     ConnectionFailed,
     InvalidArgument,
     MessageTooLarge,
@@ -71,7 +62,7 @@ REQUEST_TIMEOUT_S = 30.0
 _ABORT_RANK = {AbortStatus.ABORTED: 0, AbortStatus.ALREADY_DELIVERED: 1, AbortStatus.NOT_FOUND: 2}
 
 
-class RemoteBroker(BrokerAdapter):
+class RemoteBroker(AdapterBase):
     """A client of one or more broker servers.
 
     :param endpoints: ``"h1:p1,h2:p2"`` or a sequence of ``(host, port)``.
@@ -90,14 +81,8 @@ class RemoteBroker(BrokerAdapter):
         retries: int = DEFAULT_RETRIES,
         connect_timeout_s: float = 3.0,
     ) -> None:
-        if (
-            isinstance(send_timeout_ms, bool)
-            or not isinstance(send_timeout_ms, int)
-            or send_timeout_ms < 1
-        ):
-            raise InvalidArgument(f"send_timeout_ms must be an int >= 1, got {send_timeout_ms!r}")
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise InvalidArgument(f"retries must be an int >= 0, got {retries!r}")
+        check_int("send_timeout_ms", send_timeout_ms)
+        check_int("retries", retries, minimum=0)
         pairs = parse_endpoints(endpoints) if isinstance(endpoints, str) else list(endpoints)
         if not pairs:
             raise InvalidArgument("a RemoteBroker needs at least one endpoint host:port")
@@ -109,7 +94,6 @@ class RemoteBroker(BrokerAdapter):
         self.retries = retries
         self.fault = FaultTolerance(len(self.endpoints))
         self._callbacks = CallbackRunner()
-        self._closed = False
         self._consumers: set[Consumer] = set()
         self._lock = threading.Lock()
 
@@ -120,10 +104,6 @@ class RemoteBroker(BrokerAdapter):
         opts = url_options(params)
         opts.update(kwargs)
         return cls(rest.rstrip("/"), **opts)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise BrokerClosed("this RemoteBroker is closed")
 
     # -- ids -----------------------------------------------------------------------------
 
@@ -136,7 +116,7 @@ class RemoteBroker(BrokerAdapter):
         node, sep, raw = msg_id.partition(":")
         if sep and len(node) == 8:
             for ep in self.endpoints:
-                if ep.known_node(self._check_open) == node:
+                if ep.known_node(self.check_open) == node:
                     return [(ep, raw)]
             if not self.multi:
                 return []
@@ -158,14 +138,9 @@ class RemoteBroker(BrokerAdapter):
         data = f"{topic}\x00{key}".encode("utf-8", "surrogatepass")
         return zlib.crc32(data) % len(self.endpoints)
 
-    def _check_messages(self, messages: Sequence[Message]) -> None:
-        for m in messages:
-            if not isinstance(m, Message):
-                raise InvalidArgument(f"send takes Message objects, got {type(m).__name__}")
-
     def _send_sync(self, messages: Sequence[Message], op: str, args: dict[str, Any]) -> Any:
         """Run a send with the timeout, retries and fault avoidance of sync sends."""
-        self._check_open()
+        self.check_open()
         deadline = time.monotonic() + self.send_timeout_ms / 1000
         fixed = self._target(messages)
         avoid: int | None = None
@@ -178,7 +153,7 @@ class RemoteBroker(BrokerAdapter):
             ep = self.endpoints[index]
             t0 = time.monotonic()
             try:
-                link = ep.link(self._check_open)
+                link = ep.link(self.check_open)
                 for m in messages:
                     if m.size() > link.max_body:
                         raise MessageTooLarge(m.size(), link.max_body)
@@ -198,19 +173,14 @@ class RemoteBroker(BrokerAdapter):
             f"{self.retries} retries: {last or 'timed out'}"
         )
 
-    def send(self, message: Message) -> SendResult:
-        """See :meth:`BrokerAdapter.send`."""
-        self._check_messages((message,))
+    def _send_one(self, message: Message) -> SendResult:
+        """See :meth:`BrokerAdapter.send` (a ``send`` request)."""
         ep, r = self._send_sync((message,), "send", {"m": P.encode_message(message)})
         result = P.decode_result(r)
         return result._replace(msg_id=self.tag(ep, result.msg_id)) if self.multi else result
 
-    def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+    def _send_checked(self, messages: Sequence[Message]) -> list[SendResult]:
         """See :meth:`BrokerAdapter.send_batch` (one endpoint, one round trip)."""
-        self._check_messages(messages)
-        if not messages:
-            self._check_open()
-            return []
         encode = P.encode_message
         ep, rs = self._send_sync(messages, "send_batch", {"ms": [encode(m) for m in messages]})
         return P.decode_results(rs, f"{ep.node}:" if self.multi else "")
@@ -219,13 +189,12 @@ class RemoteBroker(BrokerAdapter):
         self, message: Message, done: Callable[[Endpoint | None, Any, BaseException | None], None]
     ) -> None:
         """Start an async or one-way send; ``done(endpoint, wire result, error)``."""
-        self._check_open()
-        self._check_messages((message,))
+        self.check_open()
         fixed = self._target((message,))
         index = fixed if fixed is not None else self.fault.pick()
         ep = self.endpoints[index]
         try:
-            link = ep.link(self._check_open)
+            link = ep.link(self.check_open)
         except ConnectionFailed as e:
             ep.drop()
             self.fault.update(index, 0, failed=True)
@@ -244,9 +213,15 @@ class RemoteBroker(BrokerAdapter):
             self._callbacks.end()
             raise
 
-    def send_async(self, message: Message, callback: SendCallback) -> None:
-        """See :meth:`BrokerAdapter.send_async` (not retried)."""
+    def _submit(self, message: Message, callback: SendCallback | None) -> None:
+        """Async (not retried) and one-way sends: straight onto a link, no batching
+        (the server batches what arrives together)."""
+        if callback is None:
+            self._send_oneway(message)
+        else:
+            self._send_async(message, callback)
 
+    def _send_async(self, message: Message, callback: SendCallback) -> None:
         def done(ep: Endpoint | None, r: Any, error: BaseException | None) -> None:
             result = None
             if error is None and ep is not None:
@@ -257,9 +232,7 @@ class RemoteBroker(BrokerAdapter):
 
         self._submit_send(message, done)
 
-    def send_oneway(self, message: Message) -> None:
-        """See :meth:`BrokerAdapter.send_oneway` (not retried; errors are logged)."""
-
+    def _send_oneway(self, message: Message) -> None:
         def done(ep: Endpoint | None, r: Any, error: BaseException | None) -> None:
             if error is not None:
                 log.warning("one-way send to topic %s failed: %s", message.topic, error)
@@ -270,9 +243,8 @@ class RemoteBroker(BrokerAdapter):
         except (InvalidArgument, MessageTooLarge) as e:
             log.warning("one-way send refused: %s", e)
 
-    def flush(self, timeout_s: float = 10.0) -> None:
+    def _flush(self, timeout_s: float) -> None:
         """See :meth:`BrokerAdapter.flush`."""
-        self._check_open()
         self._callbacks.flush(timeout_s)
 
     # -- aborting and reading ---------------------------------------------------------------
@@ -281,17 +253,13 @@ class RemoteBroker(BrokerAdapter):
         self, ep: Endpoint, op: str, args: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S
     ) -> Any:
         try:
-            return ep.link(self._check_open).call(op, args, timeout_s)
+            return ep.link(self.check_open).call(op, args, timeout_s)
         except ConnectionFailed:
             ep.drop()
             raise
 
-    def abort(
-        self, msg_id: str | None = None, *, key: str | None = None, topic: str | None = None
-    ) -> AbortResult:
+    def _abort(self, msg_id: str | None, key: str | None, topic: str | None) -> AbortResult:
         """See :meth:`BrokerAdapter.abort`."""
-        check_abort_args(msg_id, key, topic)
-        self._check_open()
         if msg_id is not None:
             if not isinstance(msg_id, str):
                 return AbortResult(AbortStatus.NOT_FOUND, msg_id)
@@ -313,9 +281,8 @@ class RemoteBroker(BrokerAdapter):
                 break
         return best
 
-    def query(self, msg_id: str) -> MessageView | None:
+    def _query(self, msg_id: str) -> MessageView | None:
         """See :meth:`BrokerAdapter.query`."""
-        self._check_open()
         if not isinstance(msg_id, str):
             return None
         for ep, raw in self._route(msg_id):
@@ -324,16 +291,10 @@ class RemoteBroker(BrokerAdapter):
                 return dataclasses.replace(P.decode_view(v), msg_id=msg_id)
         return None
 
-    def pending(
-        self,
-        topic: str | None = None,
-        start_ms: int | None = None,
-        end_ms: int | None = None,
-        limit: int = 100,
+    def _pending(
+        self, topic: str | None, start_ms: int | None, end_ms: int | None, limit: int
     ) -> list[MessageView]:
         """See :meth:`BrokerAdapter.pending` (merged over endpoints, by due time)."""
-        check_pending_limit(limit)
-        self._check_open()
         views: list[MessageView] = []
         for ep in self.endpoints:
             got = self._call(
@@ -345,9 +306,8 @@ class RemoteBroker(BrokerAdapter):
             views.sort(key=lambda v: v.deliver_at_ms)
         return views[:limit]
 
-    def stats(self) -> BrokerStats:
+    def _stats(self) -> BrokerStats:
         """See :meth:`BrokerAdapter.stats` (summed over endpoints)."""
-        self._check_open()
         topics: dict[str, list[int]] = {}
         groups: dict[str, list[int]] = {}
         for ep in self.endpoints:
@@ -362,28 +322,18 @@ class RemoteBroker(BrokerAdapter):
             groups={n: GroupStats(*v) for n, v in groups.items()},
         )
 
-    def consumer(
-        self,
-        group: str,
-        topics: Iterable[str],
-        *,
-        invisible_ms: int = DEFAULT_INVISIBLE_MS,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_inflight: int = DEFAULT_MAX_INFLIGHT,
-        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
-    ) -> Consumer:
+    def _consumer(self, group: str, names: tuple[str, ...], limits: ConsumerLimits) -> Consumer:
         """See :meth:`BrokerAdapter.consumer` (one member per endpoint; the limits
         apply per endpoint)."""
         from broker_adapter.server.consumer import RemoteConsumer
 
-        self._check_open()
         options = {
             "group": group,
-            "topics": list(topics),
-            "invisible_ms": invisible_ms,
-            "max_attempts": max_attempts,
-            "max_inflight": max_inflight,
-            "max_inflight_bytes": max_inflight_bytes,
+            "topics": list(names),
+            "invisible_ms": limits.invisible_ms,
+            "max_attempts": limits.max_attempts,
+            "max_inflight": limits.max_inflight,
+            "max_inflight_bytes": limits.max_inflight_bytes,
         }
         consumer = RemoteConsumer(self, options)
         with self._lock:
@@ -395,26 +345,19 @@ class RemoteBroker(BrokerAdapter):
         with self._lock:
             self._consumers.discard(consumer)
 
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
-        return self._closed
+    def _before_close(self) -> None:
+        """Complete async sends and close this broker's consumers while still open."""
+        self._callbacks.flush(10.0)
+        with self._lock:
+            consumers = list(self._consumers)
+        for c in consumers:
+            try:
+                c.close()
+            except Exception:
+                log.warning("closing a consumer failed", exc_info=True)
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """See :meth:`BrokerAdapter.close`."""
-        if self._closed:
-            return
-        try:
-            self._callbacks.flush(10.0)
-            with self._lock:
-                consumers = list(self._consumers)
-            for c in consumers:
-                try:
-                    c.close()
-                except Exception:
-                    log.warning("closing a consumer failed", exc_info=True)
-        finally:
-            self._closed = True
-            self._callbacks.close()
-            for ep in self.endpoints:
-                ep.drop()
+        self._callbacks.close()
+        for ep in self.endpoints:
+            ep.drop()

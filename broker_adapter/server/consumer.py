@@ -19,15 +19,14 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from broker_adapter.base import (
-    Consumer,
+from broker_adapter.base import Consumer
+from broker_adapter.checks import (
     check_invisible_ms,
     check_nack_delay,
     check_pull_args,
     check_release_delay,
 )
-from broker_adapter.errors import BrokerClosed, ConnectionFailed, InvalidArgument
-from broker_adapter.message import check_topic
+from broker_adapter.errors import BrokerClosed, ConnectionFailed
 from broker_adapter.results import ReceivedMessage
 from broker_adapter.server import protocol as P
 
@@ -47,20 +46,11 @@ class RemoteConsumer(Consumer):
     """A member of a consumer group of a :class:`RemoteBroker`.
 
     :param broker: the owning broker.
-    :param options: the ``consumer_open`` args (group, topics and limits).
-    :raises InvalidTopic: for a bad group or topic name.
-    :raises InvalidArgument: for non-positive limits.
+    :param options: the ``consumer_open`` args (group, topics and limits), checked by
+        the adapter base.
     """
 
     def __init__(self, broker: RemoteBroker, options: dict[str, Any]) -> None:
-        check_topic(options["group"])
-        options["topics"] = [check_topic(t, allow_system=True) for t in options["topics"]]
-        if not options["topics"]:
-            raise InvalidArgument("a consumer needs at least one topic")
-        for name in ("invisible_ms", "max_attempts", "max_inflight", "max_inflight_bytes"):
-            v = options[name]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InvalidArgument(f"{name} must be an int >= 1, got {v!r}")
         self._broker = broker
         self._options = options
         self.group = options["group"]

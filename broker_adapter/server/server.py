@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker_adapter.base import Consumer
+from broker_adapter.checks import check_positive_settings
 from broker_adapter.clock import ManualClock
 from broker_adapter.embedded.broker import EmbeddedBroker
 from broker_adapter.errors import InvalidArgument
@@ -95,13 +96,9 @@ class BrokerServer:
                 f"refusing to bind {host!r} without a token: anyone who can reach it could "
                 "send and abort messages; pass --token (or CHRONOQ_TOKEN) or bind 127.0.0.1"
             )
-        for name, v in (
-            ("max_connections", max_connections),
-            ("max_inflight", max_inflight),
-            ("max_frame", max_frame),
-        ):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InvalidArgument(f"{name} must be a positive int, got {v!r}")
+        check_positive_settings(
+            max_connections=max_connections, max_inflight=max_inflight, max_frame=max_frame
+        )
         self.data_dir = Path(data_dir)
         self.token = token or None
         self.max_connections = max_connections

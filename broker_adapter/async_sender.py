@@ -1,9 +1,10 @@
 """AsyncSender: one thread that turns ``send_async``/``send_oneway`` calls into batches.
 
 Messages queue up while a batch is being written, so under load async sends
-cost about what ``send_batch`` does (group commit). Each message is checked
-when it is queued, so a batch fails only for reasons that concern all of it
-(e.g. the broker closed), and then every callback hears the error.
+cost about what ``send_batch`` does (group commit). The adapter base
+(:class:`~broker_adapter.adapter.AdapterBase`) checks each message before it is
+queued, so a batch fails only for reasons that concern all of it (e.g. the
+broker closed), and then every callback hears the error.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from broker_adapter.base import SendCallback
-from broker_adapter.errors import BrokerClosed, InvalidArgument, MessageTooLarge
+from broker_adapter.errors import BrokerClosed
 from broker_adapter.message import Message
 from broker_adapter.results import SendResult
 
@@ -28,19 +29,10 @@ class AsyncSender:
     """Background batching sender.
 
     :param send_batch: the broker's ``send_batch``.
-    :param check_open: raises ``BrokerClosed`` when the broker is closed.
-    :param max_body_bytes: checked at submit, so errors surface at once.
     """
 
-    def __init__(
-        self,
-        send_batch: Callable[[Sequence[Message]], list[SendResult]],
-        check_open: Callable[[], None],
-        max_body_bytes: int,
-    ) -> None:
+    def __init__(self, send_batch: Callable[[Sequence[Message]], list[SendResult]]) -> None:
         self._send_batch = send_batch
-        self._check_open = check_open
-        self._max_body = max_body_bytes
         self._queue: deque[tuple[Message, SendCallback | None]] = deque()
         self._cond = threading.Condition()
         self._busy = 0
@@ -48,19 +40,11 @@ class AsyncSender:
         self._thread: threading.Thread | None = None
 
     def submit(self, message: Message, callback: SendCallback | None) -> None:
-        """Queue ``message``; ``callback`` (if any) hears the outcome on the sender thread."""
-        self._check_open()
-        try:
-            if not isinstance(message, Message):
-                raise InvalidArgument(f"send takes Message objects, got {type(message).__name__}")
-            size = message.size()
-            if size > self._max_body:
-                raise MessageTooLarge(size, self._max_body)
-        except (InvalidArgument, MessageTooLarge):
-            if callback is not None:
-                raise
-            log.warning("one-way send refused", exc_info=True)  # one-way: log, never raise
-            return
+        """Queue ``message`` (already checked); ``callback`` (if any) hears the outcome on
+        the sender thread.
+
+        :raises BrokerClosed: when the sender is closing.
+        """
         with self._cond:
             if self._closing:
                 raise BrokerClosed("broker is closing")
