@@ -5,5 +5,5 @@
 # `chronoq run` (e.g. --log-level WARNING).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CHRONOQ_SKIP_APT=1 bash scripts/setup.sh
+bash scripts/setup.sh base
 exec .venv/bin/chronoq run examples.order_timeout:app "$@"

@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
-# Set up a fresh machine for chronoq: a venv with chronoq and its dev tools,
-# and redis-server when it is missing (tests start their own on a free port).
+# Set up a fresh machine for chronoq in .venv.
+#
+#   bash scripts/setup.sh base   # chronoq alone (pip install -e .): the embedded broker,
+#                                # the scheduler and `chronoq run`; what the demo needs
+#   bash scripts/setup.sh all    # every extra and the dev tools (pip install -e '.[all,dev]'),
+#                                # and redis-server when it is missing (the tests start
+#                                # their own on a free port); what the tests need
+#
+# Installs only what is missing or older than pyproject.toml; CHRONOQ_SKIP_APT=1 skips apt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+profile="${1:-all}"
+case "$profile" in
+    base) spec="."; check="import broker_adapter, scheduler, workers, rocksdict, croniter, msgpack" ;;
+    all) spec=".[all,dev]"; check="import broker_adapter, rocksdict, croniter, celery, pyspark, redis, matplotlib, prometheus_client, pytest, hypothesis, mypy, ruff" ;;
+    *) echo "usage: scripts/setup.sh [base|all]" >&2; exit 2 ;;
+esac
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import broker_adapter, rocksdict, croniter, celery, pyspark, pytest, hypothesis" 2>/dev/null \
-   || [ pyproject.toml -nt .venv/.chronoq-installed ]; then
-    .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
-    .venv/bin/python -c "import broker_adapter, rocksdict, croniter, pytest" # fail loudly if the install failed
-    touch .venv/.chronoq-installed
+marker=".venv/.chronoq-installed-$profile"
+if ! .venv/bin/python -c "$check" 2>/dev/null || [ ! -f "$marker" ] || [ pyproject.toml -nt "$marker" ]; then
+    .venv/bin/pip install -q --disable-pip-version-check -e "$spec" 2>&1 | grep -v "^WARNING: Location" || true
+    .venv/bin/python -c "$check" # fail loudly if the install failed
+    touch "$marker"
 fi
-if [ "${CHRONOQ_SKIP_APT:-}" != "1" ] && ! command -v redis-server >/dev/null 2>&1; then
+if [ "$profile" = "all" ] && [ "${CHRONOQ_SKIP_APT:-}" != "1" ] && ! command -v redis-server >/dev/null 2>&1; then
     if command -v apt-get >/dev/null 2>&1; then
         SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
         $SUDO apt-get update -qq >/dev/null
