@@ -14,7 +14,7 @@ worker process per core with the ``solo`` pool (``2 x celery worker --pool=solo`
 the capacity probe measured about 1,030 tasks/s, against 620-750 for the default
 ``--pool=prefork -c 2``, whose parent process is the bottleneck, and 590 for
 ``--pool=threads -c 2``; about 1,400 since the app uses chronoq's cheaper Redis
-transport and result backend, :mod:`workers.celery_redis`, on both paths);
+transport and result backend, :mod:`workers.celery.redis_transport` and :mod:`workers.celery.redis_backend`, on both paths);
 Celery's default prefetch (multiplier 4), Redis broker and result backend, and
 the two INFO lines Celery logs per task ("received", "succeeded") off, as one
 does at hundreds of tasks a second. ``--pool``,
@@ -59,7 +59,7 @@ if str(ROOT) not in sys.path:
 from bench.stats import mb, ms, num, percentiles, proc_status
 from scheduler.scheduler import Scheduler
 from workers import Dispatcher
-from workers.celery_app import celery_app_for
+from workers.celery import celery_app_for
 
 # The worker logs two INFO lines per task ("received", "succeeded"): at hundreds of
 # tasks a second that costs it more than the task; keep its INFO start-up lines.
@@ -385,7 +385,8 @@ def run_eta(
 
 def probe_capacity(url: str, n: int, concurrency: int, pool: str, processes: int) -> float:
     """Tasks/s the worker drains from a burst of ``n`` generic tasks due now."""
-    from workers.executors.celery import RUN_TASK, publish
+    from workers.celery import RUN_TASK
+    from workers.celery.publish import publish
 
     worker = Worker(url, concurrency, pool, processes)
     celery = celery_app_for(Scheduler("rocksdb://./unused"), url)

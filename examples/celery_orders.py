@@ -42,7 +42,7 @@ if __package__ in (None, ""):  # run as a script: make ``examples`` importable
 from broker_adapter import AbortStatus, MessageState
 from scheduler.scheduler import Scheduler
 from workers import on_start, stop_app
-from workers.celery_app import CELERY_URL_ENV, DEFAULT_CELERY_URL, celery_app_for, schedule_task
+from workers.celery import CELERY_URL_ENV, DEFAULT_CELERY_URL, celery_app_for, schedule_task
 
 REDIS_URL = os.environ.get(CELERY_URL_ENV) or DEFAULT_CELERY_URL
 scheduler = Scheduler(os.environ.get("CHRONOQ_BROKER_URL") or "rocksdb://./chronoq-data")

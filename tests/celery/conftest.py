@@ -26,7 +26,7 @@ from scheduler.scheduler import Scheduler
 from tests.celery import jobs
 from tests.helpers import eventually, stop_process
 from workers import Dispatcher
-from workers.celery_app import celery_app_for
+from workers.celery import celery_app_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).with_name("celery"))

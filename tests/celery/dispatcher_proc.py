@@ -13,7 +13,7 @@ import sys
 from scheduler.scheduler import Scheduler
 from tests.celery import jobs
 from workers import Dispatcher
-from workers.celery_app import celery_app_for
+from workers.celery import celery_app_for
 
 
 def main(data_dir: str, url: str, publish_script: bool = True) -> None:

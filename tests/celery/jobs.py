@@ -22,7 +22,7 @@ import redis
 from scheduler.scheduler import Scheduler
 from scheduler.spec import RetryPolicy
 from workers import current_job
-from workers.celery_app import celery_app_for
+from workers.celery import celery_app_for
 
 RUNS = "runs"
 #: Set by a test to let a blocked ``t.slow`` run finish.

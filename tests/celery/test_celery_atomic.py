@@ -1,4 +1,4 @@
-"""The one-round-trip publish path (:mod:`workers.executors.celery_atomic`) on the
+"""The one-round-trip publish path (:mod:`workers.celery.atomic`) on the
 session's real redis-server: the message it pushes is kombu's, it publishes only
 what Celery does not have, stores ``SENT`` with it, and steps aside where it cannot
 carry a message. The suites that run real workers run it end to end."""
@@ -18,16 +18,10 @@ from kombu import Exchange, Queue
 
 from scheduler.scheduler import Scheduler
 from tests.celery.conftest import Chronoq, wait_for
-from workers.celery_app import celery_app_for
-from workers.executors.celery import RUN_TASK, CeleryExecutor
-from workers.executors.celery_atomic import (
-    PUBLISHED,
-    REPUBLISHED,
-    AtomicPublisher,
-    NotScriptable,
-)
-from workers.executors.celery_publish import PublishSession, publish
-from workers.executors.celery_results import SENT_STATE
+from workers.celery import RUN_TASK, CeleryExecutor, celery_app_for
+from workers.celery.atomic import PUBLISHED, REPUBLISHED, AtomicPublisher, NotScriptable
+from workers.celery.publish import PublishSession, publish
+from workers.celery.results import SENT_STATE
 
 #: The generic task's args (job name, its args, its kwargs) and kwargs.
 ARGS = (["t.record", ["x", 1], {"k": None}], {})
@@ -188,7 +182,8 @@ def test_the_executor_goes_back_to_kombu_for_a_route_the_script_cannot_carry(
         assert chronoq.dispatcher is not None
         executor = chronoq.dispatcher.executors["celery"]
         assert isinstance(executor, CeleryExecutor)
-        assert executor._atomic is None and executor._atomic_off
+        assert executor.publisher.script_publisher is None
+        assert executor.publisher.script_path_off
         assert any("through kombu from now on" in r.getMessage() for r in caplog.records)
         wait_for("SENT stored", lambda: b'"SENT"' in (client.get(
             f"celery-task-meta-{receipt.msg_id}") or b""))  # fmt: skip

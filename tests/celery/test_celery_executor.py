@@ -13,7 +13,7 @@ import pytest
 from broker_adapter import AbortStatus, MessageState
 from tests.celery import jobs
 from tests.celery.conftest import CeleryWorker, Chronoq, runs, wait_for
-from workers.celery_app import schedule_task, task_job
+from workers.celery import schedule_task, task_job
 
 pytestmark = pytest.mark.external_service
 

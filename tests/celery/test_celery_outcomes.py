@@ -24,7 +24,7 @@ from tests.celery.conftest import (
     runs,
     wait_for,
 )
-from workers.executors.celery import CeleryExecutor
+from workers.celery import CeleryExecutor
 
 pytestmark = pytest.mark.external_service
 
@@ -161,7 +161,7 @@ def test_a_task_still_queued_in_celery_is_not_published_again_after_a_restart(
 
 def test_sent_never_hides_a_state_the_worker_already_wrote(tmp_path: Path, redis_url: str) -> None:
     # Given a task the worker already finished before chronoq's SENT write arrives
-    from workers.executors.celery_results import SENT_STATE, ResultWatcher
+    from workers.celery.results import SENT_STATE, ResultWatcher
 
     chronoq = Chronoq(tmp_path / "data", redis_url)
     app = chronoq.celery
@@ -224,13 +224,13 @@ def test_the_dispatcher_warms_the_celery_executor_up_before_the_first_job(
 
         # Then its publisher already holds a producer (the script's or kombu's batch's) ...
         def publisher() -> object:
-            return executor._atomic if publish_script else executor._session
+            publisher = executor.publisher
+            return publisher.script_publisher if publish_script else publisher.kombu_session
 
         opened = wait_for("the publisher warm", publisher)
         # ... and its result thread runs ...
-        wait_for("the result thread", lambda: executor.watcher._thread is not None)
-        thread = executor.watcher._thread
-        assert thread is not None and thread.is_alive() and executor.published == 0
+        wait_for("the result thread", lambda: executor.watcher.is_running)
+        assert executor.watcher.is_running and executor.published == 0
         # ... and the first job goes through that publisher, once
         receipt = chronoq.handle("t.record").schedule("first")
         wait_for("DONE", lambda: _state(chronoq, receipt.msg_id) is MessageState.DONE)

@@ -1,5 +1,5 @@
 """Celery's Redis transport and result backend as chronoq's apps use them
-(:mod:`workers.celery_redis`), on the session's real redis-server. The transport
+(:mod:`workers.celery.redis_transport`, :mod:`workers.celery.redis_backend`), on the session's real redis-server. The transport
 keeps kombu's unacked bookkeeping as it is and makes one client per connection
 pool instead of one per call; the backend stores and publishes a result in one
 round trip and, like Celery's, never overwrites a ``SUCCESS``. The suites that run
@@ -18,14 +18,10 @@ from celery.exceptions import BackendStoreError
 from kombu import Connection, Queue
 
 from scheduler.scheduler import Scheduler
-from workers.celery_app import celery_app_for
-from workers.celery_redis import (
-    TRANSPORT_PATH,
-    RedisChannel,
-    RedisResultBackend,
-    RedisTransport,
-)
-from workers.executors.celery_results import sent_meta
+from workers.celery import celery_app_for
+from workers.celery.redis_backend import RedisResultBackend
+from workers.celery.redis_transport import TRANSPORT_PATH, RedisChannel, RedisTransport
+from workers.celery.results import sent_meta
 
 
 @pytest.fixture

@@ -17,10 +17,18 @@ from scheduler.jobcall import JobCall
 from scheduler.scheduler import Scheduler
 from scheduler.spec import RetryPolicy
 from workers import Dispatcher
-from workers.celery_app import celery_app_for, install, schedule_task, scheduler_of
+from workers.celery import (
+    RUN_TASK,
+    CeleryExecutor,
+    celery_app_for,
+    install,
+    schedule_task,
+    scheduler_of,
+    task_job,
+)
+from workers.celery.publish import publish, task_id_for, task_message
 from workers.context import JobContext
 from workers.executors.base import JobNotStarted
-from workers.executors.celery import RUN_TASK, CeleryExecutor, task_id_for, task_message
 
 ROOT = Path(__file__).resolve().parents[2]
 URL = "redis://127.0.0.1:1/0"  # never connected to in these tests
@@ -116,8 +124,6 @@ def test_own_celery_retries_mean_one_chronoq_attempt(tmp_path: Path) -> None:
     @celery.task(name="t.plain2", shared=False)
     def plain() -> None: ...
 
-    from workers.celery_app import task_job
-
     assert task_job(app, retrying).spec.max_attempts == 1
     assert task_job(app, plain).spec.max_attempts == 16
     app.close()
@@ -173,8 +179,6 @@ def test_publish_declares_a_queue_once_and_reprs_args_like_send_task() -> None:
     # Given a Celery app on kombu's in-memory transport (no service needed here)
     from celery import Celery
     from celery.utils.saferepr import saferepr
-
-    from workers.executors.celery import publish
 
     app = Celery("units", broker="memory://", set_as_current=False)
     declared: set[str] = set()

@@ -6,7 +6,7 @@ with the job's name and arguments, or, for a job scheduled with
 message id as task id (:func:`task_id_for`). :func:`publish` sends it exactly as
 ``send_task`` would, and :class:`PublishSession` keeps the producer and publish
 batch the executor's publisher thread sends with.
-:class:`~workers.executors.celery.CeleryExecutor` decides when.
+:class:`~workers.celery.executor.CeleryExecutor` decides when.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from typing import Any
 from broker_adapter.results import ReceivedMessage
 from scheduler.jobcall import JobCall
 from scheduler.spec import JobSpec, parse_cron_key
+from workers.celery.compat import task_exec_options
 from workers.context import JobContext
 
-#: The generic Celery task that runs a chronoq job by name (see :mod:`workers.celery_app`).
+#: The generic Celery task that runs a chronoq job by name (see :mod:`workers.celery.app`).
 RUN_TASK = "chronoq.run"
 #: Job-name prefix of the chronoq jobs that stand for a user's own Celery task.
 TASK_JOB_PREFIX = "celery:"
@@ -68,7 +69,7 @@ def publish(
     same message), minus its result-backend hook: with the Redis result backend
     ``send_task`` subscribes the sending process to every task's result channel,
     and with the backend down blocks about 20 s in that subscription. Outcomes
-    are read by :class:`~workers.executors.celery_results.ResultWatcher` instead.
+    are read by :class:`~workers.celery.results.ResultWatcher` instead.
     No ``eta``/``countdown`` ever.
 
     Two per-message costs of ``send_task`` are paid once instead (together a
@@ -82,7 +83,7 @@ def publish(
     task_type = app.tasks.get(name)
     opts = dict(options)
     if task_type is not None:
-        for k, v in task_type._get_exec_options().items():
+        for k, v in task_exec_options(task_type).items():
             if v is not None:
                 opts.setdefault(k, v)
     time_limit = opts.pop("time_limit", None)

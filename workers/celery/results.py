@@ -1,4 +1,4 @@
-"""How a :class:`~workers.executors.celery.CeleryExecutor` learns each task's outcome.
+"""How a :class:`~workers.celery.executor.CeleryExecutor` learns each task's outcome.
 
 A :class:`ResultWatcher` maps Celery task ids (equal to chronoq message ids) to the
 futures the dispatcher waits on, and completes them from the Celery *result
@@ -43,6 +43,8 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import Any
+
+from workers.celery.compat import built_client, thread_backend
 
 _log = logging.getLogger("chronoq.workers.CeleryExecutor")
 
@@ -191,6 +193,12 @@ class ResultWatcher:
         self.celery_app.backend.forget(task_id)
 
     @property
+    def is_running(self) -> bool:
+        """Whether the thread (subscription and sweeps) runs."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    @property
     def watching(self) -> int:
         """How many task ids are waited for."""
         with self._lock:
@@ -317,10 +325,10 @@ def sent_meta(task_id: str) -> dict[str, Any]:
 def close_thread_backend(celery_app: Any) -> None:
     """Disconnect this thread's own result-backend connections (Celery keeps one
     backend per thread unless it is thread-safe), so none is left to the GC."""
-    backend = celery_app._backend  # this thread's backend, without creating one
+    backend = thread_backend(celery_app)  # without creating one
     if backend is None or getattr(backend, "thread_safe", False):
         return
-    client = backend.__dict__.get("client")  # a cached_property: only if it was made
+    client = built_client(backend)  # only if it was made
     pool = getattr(client, "connection_pool", None)
     if pool is not None:
         with contextlib.suppress(Exception):

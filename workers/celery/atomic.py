@@ -1,12 +1,12 @@
 """Publish-if-unknown in one Redis round trip: the fast path of the Celery publisher.
 
 When Celery's broker and result backend are the same Redis database (what
-:func:`~workers.celery_app.celery_app_for` sets up), :class:`AtomicPublisher`
+:func:`~workers.celery.app.celery_app_for` sets up), :class:`AtomicPublisher`
 hands a whole publish batch to one Lua script. For each task, atomically, the
 script reads the task's stored state and, unless Celery already has the task
 (any stored state but ``PENDING``, ``FAILURE`` and ``REVOKED``), pushes the
 message onto its queue and stores ``SENT`` (see
-:mod:`workers.executors.celery_results`). Against the general path (a lookup
+:mod:`workers.celery.results`). Against the general path (a lookup
 round trip, kombu's publish batch, then the ``SENT`` writes) this saves CPU on
 both sides of every batch, and it closes the gap the general path has: there a
 dispatcher that dies between Celery's broker accepting a publish and the
@@ -32,9 +32,10 @@ from typing import Any
 from celery.backends.redis import RedisBackend
 from kombu.utils import json as kombu_json
 
-from workers.celery_redis import RedisResultBackend
-from workers.executors.celery_publish import publish
-from workers.executors.celery_results import decode_meta, sent_meta
+from workers.celery.compat import augment_message, queue_expires, queue_list_key
+from workers.celery.publish import publish
+from workers.celery.redis_backend import RedisResultBackend
+from workers.celery.results import decode_meta, sent_meta
 
 #: KEYS: per task its meta key and queue list; ARGV: the result expiry (ms, 0: none),
 #: then per task its message and its SENT meta. For each task: GET its meta; when
@@ -182,10 +183,10 @@ class AtomicPublisher:
         channel = self._channel
         if exchange:
             raise NotScriptable(f"task {name} is routed through exchange {exchange!r}")
-        if routing_key in getattr(channel, "_expires", {}):
+        if queue_expires(channel, routing_key):
             raise NotScriptable(f"task {name} goes to queue {routing_key!r}, which expires")
-        channel._inplace_augment_message(message, exchange, routing_key)
-        queue = channel._q_for_pri(routing_key, channel._get_message_priority(message))
+        augment_message(channel, message, exchange, routing_key)
+        queue = queue_list_key(channel, routing_key, message)
         key = self._backend.get_key_for_task(task_id)
         self._pending.append(_Pending(task_id, key, queue, _dumps(message)))
 

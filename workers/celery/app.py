@@ -5,7 +5,7 @@ chronoq jobs on Celery workers (one module serves both processes)::
 
     # shop.py
     from scheduler import Scheduler
-    from workers.celery_app import celery_app_for
+    from workers.celery import celery_app_for
 
     scheduler = Scheduler("rocksdb://./chronoq-data")
     app = celery_app_for(scheduler, "redis://127.0.0.1:6379/0")   # a ready Celery app
@@ -24,7 +24,7 @@ Celery's ``-A shop`` takes the module's ``app`` attribute whatever it is, so nam
 the Celery app ``app`` (and the Scheduler otherwise), or point at it:
 ``celery -A shop:celery_app worker``.
 
-The app has one generic task, :data:`~workers.executors.celery.RUN_TASK`
+The app has one generic task, :data:`~workers.celery.publish.RUN_TASK`
 (``chronoq.run``), which resolves the job by name in the Scheduler's registry
 and runs it with :func:`workers.current_job` set (message id = Celery task id,
 attempt, due time). It is declared ``acks_late`` with ``reject_on_worker_lost``,
@@ -41,7 +41,7 @@ the Scheduler, and :func:`schedule_task` then schedules any of its tasks::
 
 ``install`` also registers the ``"celery"`` executor for the Scheduler (see
 :func:`~workers.executors.base.register_executor`), so ``chronoq run`` needs no
-option. Retries belong to chronoq (see :mod:`workers.executors.celery`).
+option. Retries belong to chronoq (see :mod:`workers.celery.executor`).
 """
 
 from __future__ import annotations
@@ -61,10 +61,12 @@ from scheduler.handles import Call, JobHandle, ScheduledJob
 from scheduler.jobcall import JobCall
 from scheduler.registry import JobRegistry
 from scheduler.scheduler import Scheduler
-from workers.celery_redis import BACKEND_PATH, TRANSPORT_PATH
+from workers.celery.executor import CeleryExecutor
+from workers.celery.publish import RUN_TASK, TASK_JOB_PREFIX
+from workers.celery.redis_backend import BACKEND_PATH
+from workers.celery.redis_transport import TRANSPORT_PATH
 from workers.context import JobContext, reset_current, run_job, set_current
 from workers.executors.base import register_executor
-from workers.executors.celery import RUN_TASK, TASK_JOB_PREFIX, CeleryExecutor
 
 #: Where :func:`celery_app_for` connects when given no URL.
 DEFAULT_CELERY_URL = "redis://127.0.0.1:6379/0"
@@ -180,8 +182,8 @@ def celery_app_for(
     ``SENT`` state already tells a redelivery that a task is in Celery's hands, and
     ``STARTED`` would cost the worker two more result-backend round trips per task.
     A ``redis://`` or ``rediss://`` broker goes through
-    :class:`~workers.celery_redis.RedisTransport`, and such a result backend is
-    :class:`~workers.celery_redis.RedisResultBackend`: Celery's own, minus a
+    :class:`~workers.celery.redis_transport.RedisTransport`, and such a result backend is
+    :class:`~workers.celery.redis_backend.RedisResultBackend`: Celery's own, minus a
     throwaway client object per delivery and per ack, and minus a round trip per
     stored result.
 
@@ -225,7 +227,7 @@ def scheduler_of(celery_app: Any) -> Scheduler:
     if found is None:
         raise LookupError(
             f"no chronoq Scheduler is bound to Celery app {getattr(celery_app, 'main', '?')!r}; "
-            "call workers.celery_app.install(celery_app, scheduler) first"
+            "call workers.celery.install(celery_app, scheduler) first"
         )
     return found
 
