@@ -1,4 +1,4 @@
-"""AckBatcher: acks of a :class:`RedisBroker` written in batches, off the caller's thread.
+"""AckBatcher: acks of a Redis broker written in batches, off the caller's thread.
 
 A consumer answers ``ack`` from what it knows (the delivery is one it holds and
 its invisible time has not passed by broker time) and queues the write; this
@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from broker_adapter.redis.broker import RedisBroker
+from broker_adapter.redis.keys import Keyspace
+from broker_adapter.redis.scripts import Scripts
 
 MAX_BATCH = 2000
 #: Seconds the writer waits after the first queued ack, gathering more.
@@ -24,10 +23,15 @@ GATHER_S = 0.002
 
 
 class AckBatcher:
-    """Queues ``(shard, group, n, deliveries)`` acks and writes them in pipelines."""
+    """Queues ``(shard, group, n, deliveries)`` acks and writes them in pipelines.
 
-    def __init__(self, broker: RedisBroker) -> None:
-        self._b = broker
+    :param scripts: the broker's scripts (``ack_batch.lua`` writes the acks).
+    :param keys: the broker's keyspace.
+    """
+
+    def __init__(self, scripts: Scripts, keys: Keyspace) -> None:
+        self._scripts = scripts
+        self._keys = keys
         self._queue: list[tuple[int, str, bytes, bytes]] = []
         self._cond = threading.Condition(threading.Lock())
         self._flush_lock = threading.Lock()  # one writer at a time keeps acks in order
@@ -60,16 +64,16 @@ class AckBatcher:
                     del self._queue[:MAX_BATCH]
                 if not batch:
                     return
-                b = self._b
+                keys = self._keys
                 per: dict[str, dict[int, list[bytes]]] = {}
                 for s, g, n, att in batch:
                     per.setdefault(g, {}).setdefault(s, []).extend((n, att))
                 for g, shards in per.items():  # one call per group (per master on a cluster)
-                    b.scripts.fan(
+                    self._scripts.fan(
                         "ack_batch",
-                        [b.due_keys[s] for s in shards],
+                        [keys.due_keys[s] for s in shards],
                         (g,),
-                        [(b.bases[s], len(pairs) // 2, *pairs) for s, pairs in shards.items()],
+                        [(keys.bases[s], len(pairs) // 2, *pairs) for s, pairs in shards.items()],
                     )
 
     def close(self) -> None:

@@ -12,10 +12,8 @@ an argument. Durability is Redis's: with ``appendonly yes`` and
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -38,6 +36,8 @@ from broker_adapter.redis.acks import AckBatcher
 from broker_adapter.redis.connect import open_client
 from broker_adapter.redis.consumer import RedisConsumer
 from broker_adapter.redis.firer import Firer, Listener
+from broker_adapter.redis.keys import Keyspace
+from broker_adapter.redis.news import ReadyNews
 from broker_adapter.redis.scripts import Call, Scripts, redis_errors
 from broker_adapter.redis.views import build_stats, build_view, pending_view, record_view
 from broker_adapter.results import (
@@ -48,6 +48,9 @@ from broker_adapter.results import (
     SendResult,
     SendStatus,
 )
+
+log = logging.getLogger("chronoq.broker_adapter.RedisBroker")
+log.addHandler(logging.NullHandler())
 
 _ABORT = {
     b"A": AbortStatus.ABORTED,
@@ -100,39 +103,36 @@ class RedisBroker(AdapterBase):
         )
         if shards > K.MAX_SHARDS:
             raise InvalidArgument(f"shards must be at most {K.MAX_SHARDS}, got {shards}")
-        self.log = logging.getLogger("chronoq.broker_adapter.RedisBroker")
-        self.log.addHandler(logging.NullHandler())
-        self.client = client
-        self.clock: Clock = clock or SystemClock()
-        self.prefix = prefix
-        self.bases = K.shard_bases(prefix, shards)
-        self.due_keys = tuple(base + K.DUE for base in self.bases)
-        self.wake_channel = f"{prefix}:{K.WAKE_CHANNEL}"
-        self.wake_channel_b = self.wake_channel.encode()
-        self.ready_channel = f"{prefix}:{K.READY_CHANNEL}"
-        self.origin = os.urandom(6).hex()
-        self.origin_b = self.origin.encode()
         self.max_body_bytes = max_body_bytes
-        self.max_delay_ms = max_delay_ms
-        self.retention_ms = retention_ms
-        self.topic_names: dict[bytes, str] = {}
-        self.scripts = Scripts(client)
-        self._rr = 0
+        self._max_delay_ms = max_delay_ms
+        self._retention_ms = retention_ms
+        self._client = client
+        self._clock: Clock = clock or SystemClock()
+        self._keys = keys = Keyspace.build(prefix, shards)
+        self._scripts = Scripts(client)
+        self._rr = 0  # the shard the next keyless batch starts in
         self._rr_lock = threading.Lock()
-        self._ready = threading.Condition(threading.Lock())
-        self.ready_epoch = 0
-        self._consumers: weakref.WeakSet[RedisConsumer] = weakref.WeakSet()
         with redis_errors("connect"):
-            self.scripts.load()
-        self.acks = AckBatcher(self)
-        self.firer = Firer(self, chunk=fire_chunk)
-        self._listener = Listener(self)
+            self._scripts.load()
+        self._news = ReadyNews(client, keys.ready_channel)
+        self._acks = AckBatcher(self._scripts, keys)
+        self._firer = Firer(
+            self._scripts,
+            client,
+            keys,
+            self._clock,
+            self._news,
+            self._acks.flush,
+            retention_ms=retention_ms,
+            chunk=fire_chunk,
+        )
+        self._listener = Listener(client, keys, self._firer, self._news)
         with redis_errors("subscribe"):
             self._listener.start()
         self._fire = fire
         if fire:
-            self.firer.start()
-            self.clock.subscribe(self.firer.kick)
+            self._firer.start()
+            self._clock.subscribe(self._firer.kick)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisBroker:
@@ -151,40 +151,11 @@ class RedisBroker(AdapterBase):
         opts.update(kwargs)
         return cls(client, **opts)
 
-    # -- helpers used by the consumer, firer and listener --------------------------------
-
-    def now_ms(self) -> int:
-        """Broker time (the injected clock), epoch ms."""
-        return self.clock.now_ms()
-
-    def notify_ready(self, shards: Iterable[int]) -> None:
-        """Wake this process's pulls; ``shards`` may have new ready messages."""
-        shards = list(shards)
-        if shards:
-            for c in list(self._consumers):
-                c.mark(shards)
-        with self._ready:
-            self.ready_epoch += 1
-            self._ready.notify_all()
-
-    def announce_ready(self, shards: list[int]) -> None:
-        """Tell pulls here and in every other process that ``shards`` have news."""
-        self.notify_ready(shards)
-        try:
-            self.client.publish(self.ready_channel, f"{self.origin}:{','.join(map(str, shards))}")
-        except redis.RedisError:
-            self.log.warning("could not publish ready news", exc_info=True)
-
-    def wait_ready(self, epoch: int, timeout_s: float) -> bool:
-        """Wait until news after ``epoch`` (``True``) or ``timeout_s`` passed (``False``)."""
-        with self._ready:
-            if self.ready_epoch == epoch:
-                self._ready.wait(timeout_s)
-            return self.ready_epoch != epoch
-
-    def forget(self, consumer: RedisConsumer) -> None:
-        """A consumer closed."""
-        self._consumers.discard(consumer)
+    @property
+    def keyspace(self) -> Keyspace:
+        """Where this broker keeps its data: key bases, due keys and channels of each
+        shard (for tools that look at Redis directly)."""
+        return self._keys
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -193,9 +164,10 @@ class RedisBroker(AdapterBase):
         cluster) for every shard of the batch; every check is made before anything is
         written. Each message goes as one
         msgpack record packed here (``send.lua`` stores it as it is)."""
-        now = self.now_ms()
-        limit = now + self.max_delay_ms
-        count = len(self.bases)
+        keys = self._keys
+        now = self._clock.now_ms()
+        limit = now + self._max_delay_ms
+        count = keys.shards
         with self._rr_lock:
             rr = self._rr
             self._rr = (rr + 1) % count
@@ -213,7 +185,7 @@ class RedisBroker(AdapterBase):
                 raise InvalidDelay(
                     "delay",
                     due - now,
-                    f"due after the broker's max delay of {self.max_delay_ms} ms",
+                    f"due after the broker's max delay of {self._max_delay_ms} ms",
                 )
             dues.append(due)
             key = m.key
@@ -253,14 +225,14 @@ class RedisBroker(AdapterBase):
         groups: list[list[Any]] = []
         for s in shards:
             _idx, topics, records = per_shard[s]
-            group: list[Any] = [self.bases[s], s, len(topics), len(records)]
+            group: list[Any] = [keys.bases[s], s, len(topics), len(records)]
             for topic, c in topics.items():
                 group += (topic, c)
             group += records
             groups.append(group)
         with redis_errors("send"):
-            replies = self.scripts.fan(
-                "send", [self.due_keys[s] for s in shards], (self.wake_channel,), groups
+            replies = self._scripts.fan(
+                "send", [keys.due_keys[s] for s in shards], (keys.wake_channel,), groups
             )
         results: list[SendResult] = [None] * len(messages)  # type: ignore[list-item]
         ok, duplicate = SendStatus.OK, SendStatus.DUPLICATE
@@ -278,20 +250,21 @@ class RedisBroker(AdapterBase):
                         duplicate, f"{s}-{dups[k + 1].decode()}", int(dups[k + 2])
                     )
             if wake >= 0:
-                self.firer.note_due(s, wake)
+                self._firer.note_due(s, wake)
         return results
 
     def _flush(self, timeout_s: float) -> None:
         """See :meth:`BrokerAdapter.flush`; batched acks are written too."""
         super()._flush(timeout_s)
         with redis_errors("flush"):
-            self.acks.flush()
+            self._acks.flush()
 
     # -- aborting and reading --------------------------------------------------------------
 
     def _abort(self, msg_id: str | None, key: str | None, topic: str | None) -> AbortResult:
         """See :meth:`BrokerAdapter.abort`."""
-        count = len(self.bases)
+        keys = self._keys
+        count = keys.shards
         if msg_id is not None:
             parsed = K.parse_id(msg_id, count)
             if parsed is None:
@@ -301,8 +274,8 @@ class RedisBroker(AdapterBase):
             assert key is not None and topic is not None
             shard, target, mode = K.key_shard(topic, key, count), f"{topic}\0{key}", "key"
         with redis_errors("abort"):
-            status, n = self.scripts.call(
-                "abort", self.due_keys[shard], (self.bases[shard], mode, target, self.retention_ms)
+            status, n = self._scripts.call(
+                "abort", keys.due_keys[shard], (keys.bases[shard], mode, target, self._retention_ms)
             )
         if not n:
             return AbortResult(AbortStatus.NOT_FOUND, None)
@@ -310,14 +283,15 @@ class RedisBroker(AdapterBase):
 
     def _query(self, msg_id: str) -> MessageView | None:
         """See :meth:`BrokerAdapter.query`."""
-        parsed = K.parse_id(msg_id, len(self.bases))
+        keys = self._keys
+        parsed = K.parse_id(msg_id, keys.shards)
         if parsed is None:
             return None
         shard, n = parsed
-        base = self.bases[shard]
+        base = keys.bases[shard]
         with redis_errors("query"):
-            self.acks.flush()
-            pipe = self.client.pipeline(transaction=False)
+            self._acks.flush()
+            pipe = self._client.pipeline(transaction=False)
             # first: a fire may turn it into the hash
             pipe.hget(f"{base}{K.PENDING}{int(n) // K.PENDING_BUCKET}", n)
             pipe.hgetall(f"{base}{K.MESSAGE}{n}")
@@ -331,7 +305,7 @@ class RedisBroker(AdapterBase):
             for name, value in fields.items():
                 if name[:1] == b"G" and value[:1] == b"P":
                     group = name[1:].decode()
-                    score = self.client.zscore(self.due_keys[shard], f"{n}|{group}")
+                    score = self._client.zscore(keys.due_keys[shard], f"{n}|{group}")
                     if score is not None:
                         retry_due[group] = int(score)
         return build_view(msg_id, fields, retry_due, int(body_size))
@@ -344,11 +318,11 @@ class RedisBroker(AdapterBase):
         hi = "+inf" if end_ms is None else str(int(end_ms))
         calls: list[Call] = [
             ("pending", key, (base, lo, hi, limit, topic or ""))
-            for base, key in zip(self.bases, self.due_keys, strict=True)
+            for base, key in zip(self._keys.bases, self._keys.due_keys, strict=True)
         ]
         with redis_errors("pending"):
-            self.acks.flush()
-            replies = self.scripts.pipeline(calls)
+            self._acks.flush()
+            replies = self._scripts.pipeline(calls)
         rows = []
         for s, packed in enumerate(replies):
             for row in msgpack.unpackb(packed, raw=True):
@@ -359,9 +333,9 @@ class RedisBroker(AdapterBase):
     def _stats(self) -> BrokerStats:
         """See :meth:`BrokerAdapter.stats`."""
         with redis_errors("stats"):
-            self.acks.flush()
-            pipe = self.client.pipeline(transaction=False)
-            for base in self.bases:
+            self._acks.flush()
+            pipe = self._client.pipeline(transaction=False)
+            for base in self._keys.bases:
                 pipe.hgetall(base + K.STAT)
             hashes = pipe.execute()
         return build_stats(hashes)
@@ -369,36 +343,40 @@ class RedisBroker(AdapterBase):
     def _consumer(self, group: str, names: tuple[str, ...], limits: ConsumerLimits) -> Consumer:
         """See :meth:`BrokerAdapter.consumer`."""
         subscribed = (*names, retry_topic(group))
+        keys = self._keys
         with redis_errors("consumer"):
-            self.scripts.pipeline(
+            self._scripts.pipeline(
                 [
                     ("register", key, (base, group, *subscribed))
-                    for base, key in zip(self.bases, self.due_keys, strict=True)
+                    for base, key in zip(keys.bases, keys.due_keys, strict=True)
                 ]
             )
-        c = RedisConsumer(
-            self,
+        return RedisConsumer(
             group,
             names,
-            invisible_ms=limits.invisible_ms,
-            max_attempts=limits.max_attempts,
-            max_inflight=limits.max_inflight,
-            max_inflight_bytes=limits.max_inflight_bytes,
+            limits,
+            scripts=self._scripts,
+            keys=keys,
+            clock=self._clock,
+            acks=self._acks,
+            firer=self._firer,
+            news=self._news,
+            retention_ms=self._retention_ms,
+            check_open=self.check_open,
         )
-        self._consumers.add(c)
-        return c
 
     def _close(self) -> None:
         """See :meth:`BrokerAdapter.close`."""
         if self._fire:
-            self.clock.unsubscribe(self.firer.kick)
-        self.firer.close()
+            self._clock.unsubscribe(self._firer.kick)
+        self._firer.close()
         self._listener.close()
-        self.acks.close()
-        for c in list(self._consumers):
-            c.closed = True
-        self.notify_ready(())
+        self._acks.close()
+        for c in self._news.watchers():
+            if isinstance(c, RedisConsumer):
+                c.close()  # the broker is closed: only marks it closed
+        self._news.tell(())  # waiting pulls see that
         try:
-            self.client.close()
+            self._client.close()
         except (redis.RedisError, OSError):
-            self.log.debug("closing the Redis client failed", exc_info=True)
+            log.debug("closing the Redis client failed", exc_info=True)

@@ -1,4 +1,4 @@
-"""RedisConsumer: one member of a consumer group of a :class:`RedisBroker`.
+"""RedisConsumer: one member of a consumer group of a Redis broker.
 
 A pull claims the head of the group's ready set in every shard that may have
 messages (``claim.lua``, one pipeline: claims are atomic, so members of one group
@@ -13,11 +13,13 @@ deliveries come back when their invisible time passes.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from broker_adapter.adapter import ConsumerLimits
 from broker_adapter.base import Consumer, retry_backoff_ms
 from broker_adapter.checks import (
     check_invisible_ms,
@@ -25,12 +27,17 @@ from broker_adapter.checks import (
     check_pull_args,
     check_release_delay,
 )
+from broker_adapter.clock import Clock
 from broker_adapter.errors import BrokerClosed
-from broker_adapter.redis.scripts import redis_errors
+from broker_adapter.redis.acks import AckBatcher
+from broker_adapter.redis.firer import Firer
+from broker_adapter.redis.keys import Keyspace
+from broker_adapter.redis.news import ReadyNews
+from broker_adapter.redis.scripts import Scripts, redis_errors
 from broker_adapter.results import NO_PROPERTIES, ReceivedMessage
 
-if TYPE_CHECKING:
-    from broker_adapter.redis.broker import RedisBroker
+log = logging.getLogger("chronoq.broker_adapter.RedisConsumer")
+log.addHandler(logging.NullHandler())
 
 #: Real seconds a waiting pull goes without news before it looks at every shard.
 RECHECK_S = 0.1
@@ -41,43 +48,71 @@ def _text(value: Any) -> str | None:
 
 
 class RedisConsumer(Consumer):
-    """A member of consumer ``group`` on ``topics``; see :meth:`BrokerAdapter.consumer`."""
+    """A member of consumer ``group`` on ``topics``; see :meth:`BrokerAdapter.consumer`.
+
+    It watches ``news`` (which marks the shards to look at) from construction on.
+
+    :param group: the group (registered in every shard already).
+    :param topics: the topics it reads.
+    :param limits: its checked limits.
+    :param scripts: the broker's scripts.
+    :param keys: the broker's keyspace.
+    :param clock: broker time.
+    :param acks: writes acks in batches.
+    :param firer: told of new due times and deadlines (retries, claims).
+    :param news: the ready news pulls wait on.
+    :param retention_ms: how long fired messages stay readable.
+    :param check_open: raises ``BrokerClosed`` once the broker is closed.
+    """
 
     def __init__(
         self,
-        broker: RedisBroker,
         group: str,
         topics: tuple[str, ...],
+        limits: ConsumerLimits,
         *,
-        invisible_ms: int,
-        max_attempts: int,
-        max_inflight: int,
-        max_inflight_bytes: int,
+        scripts: Scripts,
+        keys: Keyspace,
+        clock: Clock,
+        acks: AckBatcher,
+        firer: Firer,
+        news: ReadyNews,
+        retention_ms: int,
+        check_open: Callable[[], None],
     ) -> None:
-        self._b = broker
         self.group = group
         self.topics = topics
-        self.invisible_ms = invisible_ms
-        self.max_attempts = max_attempts
-        self.max_inflight = max_inflight
-        self.max_inflight_bytes = max_inflight_bytes
+        self.invisible_ms = limits.invisible_ms
+        self.max_attempts = limits.max_attempts
+        self.max_inflight = limits.max_inflight
+        self.max_inflight_bytes = limits.max_inflight_bytes
+        self._scripts = scripts
+        self._keys = keys
+        self._clock = clock
+        self._acks = acks
+        self._firer = firer
+        self._news = news
+        self._retention_ms = retention_ms
+        self._check_open = check_open
+        self._topic_names: dict[bytes, str] = {}
         self.closed = False
         self._lock = threading.Lock()
         # receipt -> (invisible deadline, size); the bytes total alongside
         self._held: dict[bytes, tuple[int, int]] = {}
         self._held_bytes = 0
         # shard -> news generation; shards not here have nothing ready for us
-        self._dirty: dict[int, int] = dict.fromkeys(range(len(broker.bases)), 0)
+        self._dirty: dict[int, int] = dict.fromkeys(range(keys.shards), 0)
         self._gen = 0
         self._backlog = False  # plan pulls from a peek while messages pile up
+        news.watch(self)
 
     def _check(self) -> None:
         if self.closed:
             raise BrokerClosed(f"consumer of group {self.group!r} is closed")
-        self._b.check_open()
+        self._check_open()
 
     def mark(self, shards: Iterable[int]) -> None:
-        """Shards that may have news for this consumer (called by the broker)."""
+        """Shards that may have news for this consumer (called by its :class:`ReadyNews`)."""
         with self._lock:
             self._gen += 1
             for s in shards:
@@ -88,17 +123,17 @@ class RedisConsumer(Consumer):
         check_pull_args(max_messages, wait_ms)
         self._check()
         deadline = time.monotonic() + wait_ms / 1000
-        b = self._b
+        news = self._news
         while True:
-            epoch = b.ready_epoch
+            epoch = news.epoch
             got = self._take(max_messages)
             if got:
                 return got
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self.closed:
                 return got
-            if not b.wait_ready(epoch, min(remaining, RECHECK_S)):
-                self.mark(range(len(b.bases)))  # no news for a while: look everywhere
+            if not news.wait_changed(epoch, min(remaining, RECHECK_S)):
+                self.mark(range(self._keys.shards))  # no news for a while: look everywhere
             self._check()
 
     def _expire_held(self, now: int) -> None:
@@ -108,8 +143,8 @@ class RedisConsumer(Consumer):
                 self._held_bytes -= size
 
     def _take(self, max_messages: int) -> list[ReceivedMessage]:
-        b = self._b
-        now = b.now_ms()
+        keys = self._keys
+        now = self._clock.now_ms()
         with self._lock:
             self._expire_held(now)
             room = min(max_messages, self.max_inflight - len(self._held))
@@ -133,11 +168,11 @@ class RedisConsumer(Consumer):
             # plan from a peek until the backlog is gone.
             shares = dict.fromkeys(shards, max(1, room // len(shards)))
         with redis_errors("pull"):
-            replies = b.scripts.fan(
+            replies = self._scripts.fan(
                 "claim",
-                [b.due_keys[s] for s in shares],
-                (self.group, deadline, b.retention_ms),
-                [(b.bases[s], n) for s, n in shares.items()],
+                [keys.due_keys[s] for s in shares],
+                (self.group, deadline, self._retention_ms),
+                [(keys.bases[s], n) for s, n in shares.items()],
             )
         rows: list[tuple[int, int, int, list[Any]]] = []
         bound = None
@@ -169,14 +204,14 @@ class RedisConsumer(Consumer):
             keep.append((s, row))
         if back:
             with redis_errors("pull"):
-                b.scripts.pipeline(
+                self._scripts.pipeline(
                     [
-                        ("release", b.due_keys[s], (b.bases[s], self.group, *triples))
+                        ("release", keys.due_keys[s], (keys.bases[s], self.group, *triples))
                         for s, triples in back.items()
                     ]
                 )
             self.mark(back)
-        names = b.topic_names
+        names = self._topic_names
         out: list[ReceivedMessage] = []
         with self._lock:
             for s, (n, topic, body, due, born, key, tags, props, att, _score, k) in keep:
@@ -200,7 +235,7 @@ class RedisConsumer(Consumer):
                     )
                 )
         for s in {s for s, _ in keep}:
-            b.firer.note_deadline(s, deadline)
+            self._firer.note_deadline(s, deadline)
         return out
 
     def _plan(self, shards: list[int], room: int) -> dict[int, int]:
@@ -208,13 +243,13 @@ class RedisConsumer(Consumer):
         across shards (from a peek of their ready scores); ends backlog mode when the
         peek shows less than a full pull. The byte limit is applied to what the claim
         returns (the excess goes back), so the peek reads no sizes."""
-        b = self._b
+        keys = self._keys
         with redis_errors("pull"):
-            peeks = b.scripts.fan(
+            peeks = self._scripts.fan(
                 "peek",
-                [b.due_keys[s] for s in shards],
+                [keys.due_keys[s] for s in shards],
                 (self.group, room),
-                [(b.bases[s],) for s in shards],
+                [(keys.bases[s],) for s in shards],
             )
         heads = sorted(
             (score, s) for s, scores in zip(shards, peeks, strict=True) for score in scores
@@ -234,7 +269,7 @@ class RedisConsumer(Consumer):
             shard = int(shard_b)
         except (ValueError, AttributeError):
             return None
-        return (shard, n, att) if 0 <= shard < len(self._b.bases) else None
+        return (shard, n, att) if 0 <= shard < self._keys.shards else None
 
     def _settle(self, receipt: bytes) -> tuple[int, bytes, bytes, bool] | None:
         """Forget a held receipt; ``(shard, n, deliveries, still in flight by what this
@@ -251,8 +286,8 @@ class RedisConsumer(Consumer):
             if entry is not None:
                 self._held_bytes -= entry[1]
         if entry is not None and full:
-            self._b.notify_ready(())  # a pull may be waiting for room
-        return shard, n, att, entry is not None and entry[0] > self._b.now_ms()
+            self._news.tell(())  # a pull may be waiting for room
+        return shard, n, att, entry is not None and entry[0] > self._clock.now_ms()
 
     def ack(self, message: ReceivedMessage) -> bool:
         """See :meth:`broker_adapter.base.Consumer.ack`."""
@@ -261,14 +296,14 @@ class RedisConsumer(Consumer):
         if parsed is None:
             return False
         s, n, att, held = parsed
-        b = self._b
         if held:  # ours and visible to nobody else: answer now, write in the next batch
-            b.acks.add(s, self.group, n, att)
+            self._acks.add(s, self.group, n, att)
             return True
+        keys = self._keys
         with redis_errors("ack"):
-            b.acks.flush()
-            acked = b.scripts.fan(
-                "ack_batch", [b.due_keys[s]], (self.group,), [(b.bases[s], 1, n, att)]
+            self._acks.flush()
+            acked = self._scripts.fan(
+                "ack_batch", [keys.due_keys[s]], (self.group,), [(keys.bases[s], 1, n, att)]
             )
             return bool(acked[0])
 
@@ -294,15 +329,15 @@ class RedisConsumer(Consumer):
         if parsed is None:
             return False
         s, n, att = parsed
-        b = self._b
-        deadline = b.now_ms() + invisible_ms
+        keys = self._keys
+        deadline = self._clock.now_ms() + invisible_ms
         with redis_errors("extend"):
-            b.acks.flush()
+            self._acks.flush()
             extended = bool(
-                b.scripts.call(
+                self._scripts.call(
                     "extend",
-                    b.due_keys[s],
-                    (b.bases[s], self.group, n, att, deadline, b.retention_ms),
+                    keys.due_keys[s],
+                    (keys.bases[s], self.group, n, att, deadline, self._retention_ms),
                 )
             )
         if extended:
@@ -310,7 +345,7 @@ class RedisConsumer(Consumer):
                 entry = self._held.get(receipt)
                 if entry is not None:
                     self._held[receipt] = (deadline, entry[1])
-            b.firer.note_deadline(s, deadline)
+            self._firer.note_deadline(s, deadline)
         return extended
 
     def release(self, message: ReceivedMessage, delay_ms: int = 0) -> bool:
@@ -335,12 +370,12 @@ class RedisConsumer(Consumer):
         if parsed is None:
             return False
         s, n, att, _held = parsed
-        b = self._b
+        keys = self._keys
         if delay_ms is None:
             delay_ms = retry_backoff_ms(int(att.split(b":", 1)[0]))
-        now = b.now_ms()
+        now = self._clock.now_ms()
         args = (
-            b.bases[s],
+            keys.bases[s],
             self.group,
             n,
             att,
@@ -349,28 +384,30 @@ class RedisConsumer(Consumer):
             self.max_attempts,
             (reason or "")[:4096],
             1 if dead else 0,
-            b.wake_channel,
+            keys.wake_channel,
             s,
-            b.retention_ms,
+            self._retention_ms,
             0 if counts else 1,
         )
         with redis_errors("nack"):
-            b.acks.flush()
-            outcome = b.scripts.call("nack", b.due_keys[s], args)
+            self._acks.flush()
+            outcome = self._scripts.call("nack", keys.due_keys[s], args)
         if outcome == 1:
-            b.firer.note_due(s, now + delay_ms)
+            self._firer.note_due(s, now + delay_ms)
         elif outcome == 2:
-            b.announce_ready([s])
+            self._news.announce([s])
         return bool(outcome)
 
     def close(self) -> None:
-        """See :meth:`broker_adapter.base.Consumer.close`."""
+        """See :meth:`broker_adapter.base.Consumer.close`. With the broker closed already,
+        its deliveries come back after their invisible time."""
         if self.closed:
             return
         self.closed = True
-        b = self._b
-        b.forget(self)
-        if b.closed:
+        self._news.unwatch(self)
+        try:
+            self._check_open()
+        except BrokerClosed:
             return
         with self._lock:
             held = list(self._held)
@@ -378,9 +415,7 @@ class RedisConsumer(Consumer):
             try:
                 self._give_back(receipt, 0, "consumer closed", dead=False)
             except Exception:  # closing must not fail; invisible time brings them back
-                b.log.warning(
-                    "could not release %r of group %s", receipt, self.group, exc_info=True
-                )
+                log.warning("could not release %r of group %s", receipt, self.group, exc_info=True)
 
     def __repr__(self) -> str:
         return f"<RedisConsumer group={self.group!r} topics={self.topics!r}>"

@@ -1,4 +1,4 @@
-"""The firing thread and the pub/sub listener of a :class:`RedisBroker`.
+"""The firing thread and the pub/sub listener of a Redis broker.
 
 Every broker process fires (no leader): :class:`Firer` runs ``fire.lua`` on the
 shards whose next due time or invisible-time deadline has come, in one pipeline,
@@ -14,12 +14,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from redis.exceptions import RedisError
 
-if TYPE_CHECKING:
-    from broker_adapter.redis.broker import RedisBroker
+from broker_adapter.clock import Clock
+from broker_adapter.redis.keys import Keyspace
+from broker_adapter.redis.news import ReadyNews
+from broker_adapter.redis.scripts import Scripts
 
 _NEVER = float("inf")
 
@@ -27,7 +30,13 @@ _NEVER = float("inf")
 class Firer:
     """Fires due messages of one broker's shards on a background thread.
 
-    :param broker: the broker whose shards to fire.
+    :param scripts: the broker's scripts (``fire.lua``).
+    :param client: its Redis client (to count the listeners of the ``ready`` channel).
+    :param keys: its keyspace: the shards to fire.
+    :param clock: broker time.
+    :param news: told which shards got ready messages; its origin tags published news.
+    :param flush_acks: writes the acks answered so far (before a pass expires deliveries).
+    :param retention_ms: how long fired messages stay readable.
     :param chunk: most entries one shard fires per call.
     :param sweep_s: real seconds between full sweeps of every shard.
     :param tick_ms: least broker time between two passes (a pass fires every shard
@@ -35,13 +44,30 @@ class Firer:
     """
 
     def __init__(
-        self, broker: RedisBroker, chunk: int = 1000, sweep_s: float = 1.0, tick_ms: int = 1
+        self,
+        scripts: Scripts,
+        client: Any,
+        keys: Keyspace,
+        clock: Clock,
+        news: ReadyNews,
+        flush_acks: Callable[[], None],
+        *,
+        retention_ms: int,
+        chunk: int = 1000,
+        sweep_s: float = 1.0,
+        tick_ms: int = 1,
     ) -> None:
-        self._b = broker
+        self._scripts = scripts
+        self._client = client
+        self._keys = keys
+        self._clock = clock
+        self._news = news
+        self._flush_acks = flush_acks
+        self._retention_ms = retention_ms
         self._chunk = chunk
         self._sweep_s = sweep_s
         self._tick_ms = tick_ms
-        n = len(broker.bases)
+        n = keys.shards
         self._heads: list[float] = [0.0] * n  # 0: look at once
         self._deadlines: list[float] = [_NEVER] * n
         self._cond = threading.Condition(threading.Lock())
@@ -65,6 +91,18 @@ class Firer:
             if due_ms < self._planned:
                 self._kicked = True
                 self._cond.notify()
+
+    def next_due(self, shard: int) -> float:
+        """The earliest due time this firer knows of in ``shard`` (``0``: look at once,
+        ``inf``: none known until the next sweep)."""
+        with self._cond:
+            return self._heads[shard]
+
+    @property
+    def publishing(self) -> bool:
+        """Whether a pass publishes ready news (another process listens, as of the last
+        :meth:`check_listeners`)."""
+        return self._publish
 
     def note_deadline(self, shard: int, deadline_ms: int) -> None:
         """A delivery in ``shard`` becomes visible again at ``deadline_ms``."""
@@ -107,19 +145,20 @@ class Firer:
                         self._deadlines[s] = _NEVER
         return shards, scans, any(scans)
 
-    def _check_listeners(self) -> None:
+    def check_listeners(self) -> None:
         """Publish ready news only when another process listens (on a cluster, the
-        subscribers of every node are summed). A process that subscribes later is heard
-        from the next sweep on; until then its waiting pulls look every ``RECHECK_S``."""
-        b = self._b
+        subscribers of every node are summed). Each sweep checks again, so a process
+        that subscribes later is heard from the next sweep on; until then its waiting
+        pulls look every ``RECHECK_S``."""
+        client, channel = self._client, self._keys.ready_channel
         try:
-            if b.scripts.cluster:
+            if self._scripts.cluster:
                 listeners = 0
-                for node in b.client.get_nodes():
-                    counts = b.client.pubsub_numsub(b.ready_channel, target_nodes=node)
+                for node in client.get_nodes():
+                    counts = client.pubsub_numsub(channel, target_nodes=node)
                     listeners += int(counts[0][1]) if counts else 0
             else:
-                counts = b.client.pubsub_numsub(b.ready_channel)
+                counts = client.pubsub_numsub(channel)
                 listeners = int(counts[0][1]) if counts else 0
             self._publish = listeners != 1  # 0: not even ours yet, publish to be safe
         except RedisError:
@@ -127,27 +166,30 @@ class Firer:
 
     def fire_once(self) -> int:
         """One pass over the shards that need it; returns how many messages moved."""
-        b = self._b
-        now = b.now_ms()
+        keys = self._keys
+        now = self._clock.now_ms()
         shards, scans, expiring = self._pick(now)
         if not shards:
             return 0
         if expiring:
             # This pass may expire deliveries: acks this process already answered
             # True for must land first, or an acked message would come back.
-            b.acks.flush()
+            self._flush_acks()
         try:
-            results = b.scripts.fan(
+            results = self._scripts.fan(
                 "fire",
-                [b.due_keys[s] for s in shards],
+                [keys.due_keys[s] for s in shards],
                 (
                     now,
                     self._chunk,
-                    b.retention_ms,
-                    b.ready_channel if self._publish else "",
-                    b.origin,
+                    self._retention_ms,
+                    keys.ready_channel if self._publish else "",
+                    self._news.origin,
                 ),
-                [(b.bases[s], s, 1 if scan else 0) for s, scan in zip(shards, scans, strict=True)],
+                [
+                    (keys.bases[s], s, 1 if scan else 0)
+                    for s, scan in zip(shards, scans, strict=True)
+                ],
             )
         except Exception:
             with self._cond:  # look at them again next time
@@ -167,7 +209,7 @@ class Firer:
                 if deadline >= 0 and deadline < self._deadlines[s]:
                     self._deadlines[s] = deadline
         if moved_in:
-            b.notify_ready(moved_in)  # other processes hear it from fire.lua
+            self._news.tell(moved_in)  # other processes hear it from fire.lua
         return sum(r[0] for r in results)
 
     def _run(self) -> None:
@@ -176,12 +218,12 @@ class Firer:
             try:
                 if time.monotonic() - last_full >= self._sweep_s:
                     last_full = time.monotonic()
-                    self._check_listeners()
+                    self.check_listeners()
                     with self._cond:
                         self._full = True
-                started = self._b.now_ms()
+                started = self._clock.now_ms()
                 self.fire_once()
-                now = self._b.now_ms()
+                now = self._clock.now_ms()
                 with self._cond:
                     soonest = min(min(self._heads), min(self._deadlines))
                     if self._full or (soonest <= now and now >= started + self._tick_ms):
@@ -208,11 +250,18 @@ class Firer:
 class Listener:
     """Listens on the broker's ``wake`` and ``ready`` channels (other processes' news).
 
-    :param broker: the broker to tell.
+    :param client: the Redis client to subscribe with.
+    :param keys: the broker's keyspace (its channels and shards).
+    :param firer: told of earlier due times heard on ``wake``.
+    :param news: told what is heard on ``ready``.
     """
 
-    def __init__(self, broker: RedisBroker) -> None:
-        self._b = broker
+    def __init__(self, client: Any, keys: Keyspace, firer: Firer, news: ReadyNews) -> None:
+        self._client = client
+        self._keys = keys
+        self._wake_channel = keys.wake_channel.encode()
+        self._firer = firer
+        self._news = news
         self._closed = False
         self._pubsub: Any = None
         self.log = logging.getLogger("chronoq.broker_adapter.Listener")
@@ -225,8 +274,8 @@ class Listener:
         self._thread.start()
 
     def _subscribe(self) -> None:
-        ps = self._b.client.pubsub(ignore_subscribe_messages=True)
-        ps.subscribe(self._b.wake_channel, self._b.ready_channel)
+        ps = self._client.pubsub(ignore_subscribe_messages=True)
+        ps.subscribe(self._keys.wake_channel, self._keys.ready_channel)
         self._pubsub = ps
 
     def close(self) -> None:
@@ -241,24 +290,21 @@ class Listener:
             pass
 
     def _handle(self, channel: bytes, data: bytes) -> None:
-        b = self._b
-        if channel == b.wake_channel_b:
+        if channel == self._wake_channel:
             shard, _, due = data.partition(b":")
             s = int(shard)
-            if 0 <= s < len(b.bases):
-                b.firer.note_due(s, int(due))
+            if 0 <= s < self._keys.shards:
+                self._firer.note_due(s, int(due))
         else:
-            origin, _, shards = data.rpartition(b":")
-            if origin != b.origin_b:  # our own news was told in process already
-                b.notify_ready([int(s) for s in shards.split(b",") if s])
+            self._news.heard(data)
 
     def _run(self) -> None:
         while not self._closed:
             try:
                 if self._pubsub is None:
                     self._subscribe()
-                    self._b.notify_ready(range(len(self._b.bases)))  # news may be lost
-                    self._b.firer.kick()
+                    self._news.tell(range(self._keys.shards))  # news may be lost
+                    self._firer.kick()
                 msg = self._pubsub.get_message(timeout=0.2)
                 if msg is not None and msg.get("type") == "message":
                     ch = msg["channel"]

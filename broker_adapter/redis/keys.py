@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from dataclasses import dataclass
 from functools import lru_cache
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
@@ -110,6 +111,41 @@ def shard_tags(count: int) -> tuple[str, ...]:
 def shard_bases(prefix: str, count: int) -> tuple[str, ...]:
     """The key base ``<prefix>:{<tag>}:`` of each shard."""
     return tuple(f"{prefix}:{{{tag}}}:" for tag in shard_tags(count))
+
+
+@dataclass(frozen=True, slots=True)
+class Keyspace:
+    """The keys and channels of one broker's prefix and shard count.
+
+    :ivar prefix: the prefix of every key and channel.
+    :ivar bases: each shard's key base ``<prefix>:{<tag>}:``.
+    :ivar due_keys: each shard's due index (the key every script is called with).
+    :ivar wake_channel: where a send tells firing processes of an earlier head.
+    :ivar ready_channel: where a fire tells consumers of new ready messages.
+    """
+
+    prefix: str
+    bases: tuple[str, ...]
+    due_keys: tuple[str, ...]
+    wake_channel: str
+    ready_channel: str
+
+    @classmethod
+    def build(cls, prefix: str, shards: int) -> Keyspace:
+        """The keyspace of ``shards`` shards under ``prefix``."""
+        bases = shard_bases(prefix, shards)
+        return cls(
+            prefix,
+            bases,
+            tuple(base + DUE for base in bases),
+            f"{prefix}:{WAKE_CHANNEL}",
+            f"{prefix}:{READY_CHANNEL}",
+        )
+
+    @property
+    def shards(self) -> int:
+        """The number of shards."""
+        return len(self.bases)
 
 
 def key_shard(topic: str, key: str, count: int) -> int:

@@ -4,14 +4,21 @@ passes on it unchanged, and messages spread evenly over the masters."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
 
+from broker_adapter.base import DEFAULT_RETENTION_MS
 from broker_adapter.clock import ManualClock
+from broker_adapter.errors import ConnectionFailed
 from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
 from broker_adapter.redis import keys as K
+from broker_adapter.redis.connect import open_client
+from broker_adapter.redis.firer import Firer
+from broker_adapter.redis.news import ReadyNews
+from broker_adapter.redis.scripts import Scripts
 from tests.conformance import test_broker_contract as contract
 from tests.conformance.conftest import Harness
 from tests.conftest import START_MS
@@ -156,22 +163,46 @@ def _evalsha_calls(cluster: RedisClusterProcs) -> list[int]:
     return calls
 
 
+@pytest.fixture
+def quiet(cluster: RedisClusterProcs) -> Iterator[tuple[RedisBroker, Any, ManualClock]]:
+    """A broker that does not fire, on a cluster client and a clock the test holds too
+    (flushed before and after): nothing calls scripts unless the test does."""
+    factory = ClusterFactory(cluster)
+    factory.cleanup()
+    client, _opts = open_client(cluster.url)
+    clock = ManualClock(START_MS)
+    broker = RedisBroker(client, clock=clock, fire=False)
+    try:
+        yield broker, client, clock
+    finally:
+        broker.close()
+        factory.cleanup()
+
+
 def test_a_firing_pass_is_one_script_call_per_master_covering_every_shard(
-    cluster_harness: Harness, cluster: RedisClusterProcs
+    quiet: tuple[RedisBroker, Any, ManualClock], cluster: RedisClusterProcs
 ) -> None:
-    broker = cluster_harness.broker
-    assert isinstance(broker, RedisBroker)
+    broker, client, clock = quiet
+    keys = broker.keyspace
+    # fired by hand below, in the test's own firing process
+    firer = Firer(
+        Scripts(client),
+        client,
+        keys,
+        clock,
+        ReadyNews(client, keys.ready_channel),
+        lambda: None,
+        retention_ms=DEFAULT_RETENTION_MS,
+    )
     c = broker.consumer("g", ["spread"])
     ids = {
         r.msg_id
         for r in broker.send_batch([Message("spread", b"x", delay_ms=1_000) for _ in range(240)])
     }
     assert {i.split("-")[0] for i in ids} == {str(s) for s in range(K.DEFAULT_SHARDS)}
-    broker.firer.close()  # fire by hand below, so nothing else calls scripts
-    broker.acks.flush()
     before = _evalsha_calls(cluster)
-    cluster_harness.advance(1_000)
-    assert broker.firer.fire_once() == 240  # a full sweep: every shard of every master
+    clock.advance(1_000)
+    assert firer.fire_once() == 240  # a full sweep: every shard of every master
     assert [a - b for a, b in zip(_evalsha_calls(cluster), before, strict=True)] == [1, 1, 1]
     got = pull_until(c, 240, timeout=30, max_messages=240)
     assert {m.msg_id for m in got} == ids
@@ -201,17 +232,14 @@ def test_lost_script_caches_on_the_masters_are_reloaded(
 
 
 def test_a_send_whose_reply_is_lost_is_not_sent_again(
-    cluster_harness: Harness, cluster: RedisClusterProcs
+    quiet: tuple[RedisBroker, Any, ManualClock], cluster: RedisClusterProcs
 ) -> None:
-    from broker_adapter.errors import ConnectionFailed
-
-    broker = cluster_harness.broker
-    assert isinstance(broker, RedisBroker)
+    broker, client, _clock = quiet
     broker.send_batch([Message("t", b"warm", delay_ms=60_000) for _ in range(24)])
     # Given: every master's pooled connection loses the next reply after sending
     conns = []
-    for node in broker.client.get_primaries():
-        pool = broker.client.get_redis_connection(node).connection_pool
+    for node in client.get_primaries():
+        pool = client.get_redis_connection(node).connection_pool
         conns.extend(pool._available_connections)
 
     def lose(*args: object, **kwargs: object) -> object:

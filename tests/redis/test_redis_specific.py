@@ -4,16 +4,22 @@ processes, many firers, script cache loss, URL options."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 import redis
 from redis.crc import key_slot
 
 from broker_adapter import open_broker
+from broker_adapter.base import DEFAULT_RETENTION_MS
 from broker_adapter.clock import ManualClock
 from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
 from broker_adapter.redis import keys as K
+from broker_adapter.redis.firer import Firer, Listener
+from broker_adapter.redis.news import ReadyNews
+from broker_adapter.redis.scripts import Scripts
 from broker_adapter.results import AbortStatus, SendResult, SendStatus
 from tests.conftest import START_MS
 from tests.helpers import eventually, pull_until
@@ -46,7 +52,7 @@ def test_every_key_of_a_message_shares_its_shard_slot(redis_url: str) -> None:
             keys = [k.decode() for k in client.scan_iter("cq:*")]
         finally:
             client.close()
-        base = broker.bases[int(r.msg_id.split("-")[0])]
+        base = broker.keyspace.bases[int(r.msg_id.split("-")[0])]
     mine = [k for k in keys if k.startswith(base)]
     key_entry = base + "k:t\0order:1"
     assert {base + "m:" + r.msg_id.split("-")[1], key_entry, base + "due"} <= set(mine)
@@ -82,17 +88,47 @@ def test_many_firers_fire_each_message_once(redis_url: str, shards: int) -> None
             b.close()
 
 
-def test_a_send_from_another_process_wakes_the_firer(redis_url: str) -> None:
+@dataclass
+class FiringParts:
+    """A firer run by hand and the listener that feeds it: one firing process's
+    parts on the default keyspace, built as ``RedisBroker`` builds them."""
+
+    client: redis.Redis
+    clock: ManualClock
+    keys: K.Keyspace
+    news: ReadyNews
+    firer: Firer
+    listener: Listener
+
+
+@pytest.fixture
+def firing(redis_url: str) -> Iterator[FiringParts]:
+    client = redis.Redis.from_url(redis_url)
     clock = ManualClock(START_MS)
-    with (
-        RedisBroker.from_url(redis_url, clock=clock) as firing,
-        RedisBroker.from_url(redis_url + "?fire=0", clock=clock) as sender,
-    ):
+    keys = K.Keyspace.build(K.DEFAULT_PREFIX, K.SINGLE_SHARDS)
+    scripts = Scripts(client)
+    scripts.load()
+    news = ReadyNews(client, keys.ready_channel)
+    firer = Firer(
+        scripts, client, keys, clock, news, lambda: None, retention_ms=DEFAULT_RETENTION_MS
+    )
+    listener = Listener(client, keys, firer, news)
+    listener.start()
+    try:
+        yield FiringParts(client, clock, keys, news, firer, listener)
+    finally:
+        listener.close()
+        client.close()
+
+
+def test_a_send_from_another_process_wakes_the_firer(redis_url: str, firing: FiringParts) -> None:
+    assert firing.firer.fire_once() == 0  # nothing due: the firer knows no due time
+    assert firing.firer.next_due(0) == float("inf")
+    with RedisBroker.from_url(redis_url + "?fire=0", clock=firing.clock) as sender:
         r = sender.send(Message("t", b"x", delay_ms=5_000))
-        shard = int(r.msg_id.split("-")[0])
         # the firer hears the new earliest due time on the wake channel
         eventually(
-            lambda: firing.firer._heads[shard] == r.deliver_at_ms,
+            lambda: firing.firer.next_due(0) == r.deliver_at_ms,
             what="the firer learned the new due time",
         )
 
@@ -109,15 +145,15 @@ def test_fired_messages_expire_after_retention_but_pending_ones_never(redis_url:
 
             def ttl(msg_id: str, kind: str) -> int:
                 shard, n = msg_id.split("-")
-                return int(client.pttl(f"{broker.bases[int(shard)]}{kind}{n}"))
+                return int(client.pttl(f"{broker.keyspace.bases[int(shard)]}{kind}{n}"))
 
             def pending(msg_id: str) -> bool:
                 shard, n = msg_id.split("-")
-                bucket = f"{broker.bases[int(shard)]}p:{int(n) // K.PENDING_BUCKET}"
+                bucket = f"{broker.keyspace.bases[int(shard)]}p:{int(n) // K.PENDING_BUCKET}"
                 return bool(client.hexists(bucket, n))
 
             assert pending(later.msg_id)  # the pending record, in a hash without TTL
-            assert client.pttl(f"{broker.bases[0]}p:0") == -1
+            assert client.pttl(f"{broker.keyspace.bases[0]}p:0") == -1
             assert ttl(later.msg_id, "m:") == -2  # no message hash until it fires
             assert 0 < ttl(now.msg_id, "m:") <= 600_000
             assert 0 < ttl(now.msg_id, "b:") <= 600_000
@@ -140,7 +176,7 @@ def test_lost_script_cache_is_reloaded(redis_url: str) -> None:
 
 def test_one_instance_has_one_shard_and_a_cluster_twelve_by_default(redis_url: str) -> None:
     with RedisBroker.from_url(redis_url, clock=ManualClock(START_MS)) as broker:
-        assert len(broker.bases) == K.SINGLE_SHARDS == 1
+        assert len(broker.keyspace.bases) == K.SINGLE_SHARDS == 1
     assert K.DEFAULT_SHARDS == 12  # the cluster default: see test_cluster
 
 
@@ -207,18 +243,28 @@ def test_rediss_urls_make_tls_clients() -> None:
         client.close()
 
 
-def test_ready_news_is_published_only_while_another_process_listens(redis_url: str) -> None:
-    clock = ManualClock(START_MS)
-    with RedisBroker.from_url(redis_url, clock=clock) as alone:
-        alone.firer.kick()  # a full sweep counts the listeners first
-        eventually(lambda: alone.firer._publish is False, what="alone: no ready news")
-        with RedisBroker.from_url(redis_url + "?fire=0", clock=clock) as other:
-            c = other.consumer("g", ["t"])
-            alone.send(Message("t", b"x", delay_ms=1_000))
-            # the next sweep (at most sweep_s later) hears the second listener
-            eventually(lambda: alone.firer._publish is True, what="publishing again")
-            clock.advance(1_000)
-            assert [m.body for m in c.pull(max_messages=5, wait_ms=5_000)] == [b"x"]
+def test_ready_news_is_published_only_while_another_process_listens(
+    redis_url: str, firing: FiringParts
+) -> None:
+    firer = firing.firer
+    firer.check_listeners()  # a full sweep counts the listeners first
+    assert firer.publishing is False  # alone: only its own listener
+    with RedisBroker.from_url(redis_url + "?fire=0", clock=firing.clock) as other:
+        c = other.consumer("g", ["t"])
+        other.send(Message("t", b"x", delay_ms=1_000))
+        firer.check_listeners()  # the next sweep hears the second listener
+        assert firer.publishing is True
+        watch = firing.client.pubsub(ignore_subscribe_messages=True)
+        try:
+            watch.subscribe(firing.keys.ready_channel)
+            firing.clock.advance(1_000)
+            assert firer.fire_once() == 1
+            news = eventually(lambda: watch.get_message(timeout=0.2), what="ready news")
+            assert news["data"] == f"{firing.news.origin}:0".encode()  # told by fire.lua
+        finally:
+            watch.close()
+        assert [m.body for m in c.pull(max_messages=5, wait_ms=5_000)] == [b"x"]
+    eventually(lambda: firer.check_listeners() or not firer.publishing, what="alone again: no news")
 
 
 def test_key_index_entries_expire_after_retention_and_keep_the_duplicate_rule(
@@ -232,7 +278,7 @@ def test_key_index_entries_expire_after_retention_and_keep_the_duplicate_rule(
     # retention is Redis TTL (real time): long enough for the checks made within it
     with RedisBroker.from_url(redis_url + "?retention_ms=4000", clock=clock) as broker:
         c = broker.consumer("g", ["t"])
-        base = broker.bases[0]
+        base = broker.keyspace.bases[0]
 
         def entry_ttl(key: str) -> int:
             return int(client.pttl(f"{base}k:t\0{key}"))

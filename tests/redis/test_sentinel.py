@@ -42,7 +42,7 @@ def test_sentinel_urls_reach_the_master_and_follow_a_failover(
         first = broker.send(Message("t", b"before", delay_ms=1_000))
         master = redis.Redis(host="127.0.0.1", port=sentinel.master.port)
         try:
-            assert master.hexists(f"{broker.bases[0]}p:0", first.msg_id.split("-")[1])
+            assert master.hexists(f"{broker.keyspace.bases[0]}p:0", first.msg_id.split("-")[1])
             master.execute_command("WAIT", 1, 5_000)  # the replica has it
         finally:
             master.close()
