@@ -1,10 +1,9 @@
-"""The Celery pieces that need no running service: layering, naming, wiring."""
+"""The Celery pieces that need no running service: naming, wiring (the layering:
+``test_optional_extra.py``)."""
 
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -30,20 +29,11 @@ from workers.celery.publish import publish, task_id_for, task_message
 from workers.context import JobContext
 from workers.executors.base import JobNotStarted
 
-ROOT = Path(__file__).resolve().parents[2]
 URL = "redis://127.0.0.1:1/0"  # never connected to in these tests
 
 
 def _message(key: str | None = None, attempts: int = 1) -> ReceivedMessage:
     return ReceivedMessage("m1", "chronoq.jobs", b"", 1_000, 900, attempts, b"r", key)
-
-
-def test_importing_scheduler_and_workers_does_not_import_celery() -> None:
-    code = "import sys, scheduler, workers; print('celery' in sys.modules)"
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    assert out.stdout.strip() == "False"
 
 
 def test_a_job_is_published_as_the_generic_task_with_its_name(tmp_path: Path) -> None:
