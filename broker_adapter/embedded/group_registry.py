@@ -1,10 +1,11 @@
 """GroupRegistry: the consumer groups of one embedded broker and their deliveries.
 
 It owns the groups (loaded from ``meta`` at open), which groups read which
-topic, the live consumers, and the long-poll wake-up of ``pull``. Acks, nacks,
-dead letters and redeliveries after an invisible-time expiry are here; the
-per-group state itself is :class:`~broker_adapter.embedded.groups.ConsumerGroup`.
-Lock order: registry lock, then a group's lock, then the broker's lock.
+topic, the live consumers, and the :class:`~.consumer.ReadySignal` that wakes a
+waiting ``pull``. Acks, nacks, dead letters and redeliveries after an
+invisible-time expiry are here; the per-group state itself is
+:class:`~broker_adapter.embedded.groups.ConsumerGroup`. Its lock comes first in
+the lock order (see :mod:`~broker_adapter.embedded.core`).
 """
 
 from __future__ import annotations
@@ -12,83 +13,107 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from broker_adapter.adapter import ConsumerLimits
 from broker_adapter.base import dead_letter_topic, retry_backoff_ms, retry_topic
 from broker_adapter.embedded import keys as K
-from broker_adapter.embedded.groups import ConsumerGroup, EmbeddedConsumer, Flight
+from broker_adapter.embedded.consumer import EmbeddedConsumer, ReadySignal
+from broker_adapter.embedded.core import BrokerCore
+from broker_adapter.embedded.groups import ConsumerGroup, Flight
 from broker_adapter.embedded.records import record_id, with_topic_and_attempts
-from broker_adapter.results import GroupStats, ReceivedMessage
-
-if TYPE_CHECKING:
-    from broker_adapter.embedded.broker import EmbeddedBroker
+from broker_adapter.embedded.timing_wheel import Entry
+from broker_adapter.results import GroupStats
 
 # Acks are persisted at most this often (a crash may redeliver what was acked since).
 COMMIT_INTERVAL_S = 0.05
 
 
 class GroupRegistry:
-    """Consumer groups of an :class:`EmbeddedBroker`, loaded from its ``meta`` family."""
+    """The consumer groups of one embedded broker, loaded from its ``meta`` family.
 
-    def __init__(self, broker: EmbeddedBroker) -> None:
-        self._broker = broker
-        self.groups: dict[str, ConsumerGroup] = {}
-        self.subscribers: dict[int, list[ConsumerGroup]] = {}
-        self.consumers: set[EmbeddedConsumer] = set()
+    :param core: the broker's core.
+    :param check_open: raises :class:`~broker_adapter.errors.BrokerClosed` once the
+        broker is closed (a waiting pull calls it when woken).
+    """
+
+    def __init__(self, core: BrokerCore, check_open: Callable[[], None]) -> None:
+        self._core = core
+        self._check_open = check_open
+        self._groups: dict[str, ConsumerGroup] = {}
+        self._subscribers: dict[int, list[ConsumerGroup]] = {}
+        self._consumers: set[EmbeddedConsumer] = set()
         self._lock = threading.Lock()
-        # Consumers waiting in pull() sleep on _ready; _epoch counts wake-ups.
-        self._ready = threading.Condition(threading.Lock())
-        self._epoch = 0
+        self.ready_signal = ReadySignal()
+        #: Set by :meth:`close`; consumers check it before an ack.
+        self.closed = False
         with self._lock:
-            for key, value in broker._store.scan(K.CF_META, K.META_GROUP, b"H", 1 << 30):
+            for key, value in core.store.scan(K.CF_META, K.META_GROUP, b"H", 1 << 30):
                 self._load_group(key[1:].decode(), value)
 
+    def check_open(self) -> None:
+        """Raise unless the broker is open.
+
+        :raises BrokerClosed: when the broker is closed.
+        """
+        self._check_open()
+
+    def group(self, name: str) -> ConsumerGroup | None:
+        """The group called ``name``, if it exists."""
+        return self._groups.get(name)
+
+    def group_names(self) -> list[str]:
+        """The names of all groups."""
+        return list(self._groups)
+
+    def subscribers_of(self, tid: int) -> Sequence[ConsumerGroup]:
+        """The groups reading topic ``tid`` (a copy: safe to iterate while groups join)."""
+        return tuple(self._subscribers.get(tid, ()))
+
     def _load_group(self, name: str, value: bytes) -> ConsumerGroup:
-        """Build a group from its stored subscription (``_groups_lock`` held)."""
-        b = self._broker
+        """Build a group from its stored subscription (registry lock held)."""
         gid = int(K.U16.unpack_from(value)[0])
         group = ConsumerGroup(gid, name, {}, 0)
-        with b._lock:
-            group.retry_tid = b._topic_id(retry_topic(name))
+        group.retry_tid = self._core.topic_id(retry_topic(name))
         with group.lock:
             for topic in [*json.loads(value[2:]), retry_topic(name)]:
                 self._attach_topic(group, topic)
-        self.groups[name] = group
+        self._groups[name] = group
         return group
 
     def _attach_topic(self, group: ConsumerGroup, topic: str) -> None:
         """Start ``group`` reading ``topic`` at its stored cursor, or at the oldest
         retained message (group lock held)."""
-        b = self._broker
-        with b._lock:
-            tid = b._topic_id(topic)
+        store = self._core.store
+        tid = self._core.topic_id(topic)
         if tid in group.cursors:
             return
-        stored = b._store.cf[K.CF_META].get(K.META_CURSOR + group.gid_bytes + K.tid_bytes(tid))
+        stored = store.cf[K.CF_META].get(K.META_CURSOR + group.gid_bytes + K.tid_bytes(tid))
         if stored is None:
             cursor = K.topic_range(tid)[0]
         else:
             cursor = stored[:-8]
             group.acked_total = max(group.acked_total, int(K.U64.unpack(stored[-8:])[0]))
         group.cursors[tid] = cursor
-        group.ready[tid] = b._store.count(K.CF_READY, cursor, K.topic_range(tid)[1])
-        self.subscribers.setdefault(tid, []).append(group)
+        group.ready[tid] = store.count(K.CF_READY, cursor, K.topic_range(tid)[1])
+        self._subscribers.setdefault(tid, []).append(group)
 
     def consumer(
         self, group: str, names: tuple[str, ...], limits: ConsumerLimits
     ) -> EmbeddedConsumer:
         """A new member of ``group`` on the topics ``names`` (checked by the adapter base);
         see :meth:`BrokerAdapter.consumer`."""
-        b = self._broker
+        core = self._core
+        store = core.store
         with self._lock:
-            g = self.groups.get(group)
-            known = set() if g is None else {b._topic_names[t] for t in g.cursors}
+            g = self._groups.get(group)
+            known = set() if g is None else {core.topic_names[t] for t in g.cursors}
             if g is None or not set(names) <= known:
-                gid = g.gid if g is not None else len(self.groups) + 1
+                gid = g.gid if g is not None else len(self._groups) + 1
                 subscribed = sorted((known - {retry_topic(group)}) | set(names))
                 value = K.U16.pack(gid) + json.dumps(subscribed).encode()
-                b._store.cf[K.CF_META].put(K.META_GROUP + group.encode(), value, b._store.write_opt)
+                store.cf[K.CF_META].put(K.META_GROUP + group.encode(), value, store.write_opt)
                 if g is None:
                     g = self._load_group(group, value)
                 else:
@@ -96,46 +121,25 @@ class GroupRegistry:
                         for name in names:
                             self._attach_topic(g, name)
             g.invisible_ms, g.max_attempts = limits.invisible_ms, limits.max_attempts
-            tids = [b._topic_ids[n] for n in names] + [g.retry_tid]
+            tids = [core.topic_ids[n] for n in names] + [g.retry_tid]
         consumer = EmbeddedConsumer(
-            b, g, tids, names, limits.max_inflight, limits.max_inflight_bytes
+            core, self, g, tids, names, limits.max_inflight, limits.max_inflight_bytes
         )
-        self.consumers.add(consumer)
+        self._consumers.add(consumer)
         return consumer
 
-    def pull(
-        self, consumer: EmbeddedConsumer, max_messages: int, wait_ms: int
-    ) -> list[ReceivedMessage]:
-        b = self._broker
-        deadline = time.monotonic() + wait_ms / 1000
-        group = consumer.group_state
-        while True:
-            epoch = self._epoch
-            with group.lock:
-                got = consumer.take(max_messages, b._now())
-            if got:
-                self._maybe_kick_deadline(group)
-                return got
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or consumer.closed:
-                return got
-            with self._ready:
-                if self._epoch == epoch:
-                    self._ready.wait(remaining)
-            b.check_open()
-
-    def _maybe_kick_deadline(self, group: ConsumerGroup) -> None:
-        b = self._broker
-        nd = group.next_deadline()
-        if nd is not None and nd < b._planned_wake:
-            b._kick()
+    def _wake_for_deadline(self, group: ConsumerGroup) -> None:
+        """Have the wheel thread up by ``group``'s next invisible-time deadline."""
+        soonest = group.next_deadline()
+        if soonest is not None:
+            self._core.wake_if_before(soonest)
 
     def notify(self) -> None:
-        with self._ready:
-            self._epoch += 1
-            self._ready.notify_all()
+        """Wake the pulls waiting for messages."""
+        self.ready_signal.notify()
 
     def ack(self, group: ConsumerGroup, receipt: bytes) -> bool:
+        """Settle the in-flight message ``receipt`` of ``group``; ``False`` if unknown."""
         with group.lock:
             entry = group.inflight.pop(receipt, None)
             if entry is None:
@@ -155,10 +159,10 @@ class GroupRegistry:
 
     def commit(self, group: ConsumerGroup, batch: Any = None) -> None:
         """Persist the dirty cursors of ``group`` (group lock held), or add them to ``batch``."""
-        b = self._broker
+        store = self._core.store
         own = batch is None
-        batch = b._store.batch() if own else batch
-        h_meta = b._store.handle[K.CF_META]
+        batch = store.batch() if own else batch
+        h_meta = store.handle[K.CF_META]
         for tid in group.dirty:
             batch.put(
                 K.META_CURSOR + group.gid_bytes + K.tid_bytes(tid), group.cursor_value(tid), h_meta
@@ -166,7 +170,7 @@ class GroupRegistry:
         group.dirty.clear()
         group.last_commit = time.monotonic()
         if own:
-            b._store.write(batch, lazy=True)
+            store.write(batch, lazy=True)
 
     def nack(
         self,
@@ -177,6 +181,9 @@ class GroupRegistry:
         dead: bool,
         attempt: bool = True,
     ) -> bool:
+        """Send the in-flight message ``receipt`` of ``group`` to retry (``delay_ms``, or
+        the backoff of its attempts) or with ``dead`` to the dead-letter topic; with
+        ``attempt`` false (a release) this delivery does not count. ``False`` if unknown."""
         with group.lock:
             flight = group.drop_flight(receipt)
             if flight is None:
@@ -188,10 +195,11 @@ class GroupRegistry:
         return True
 
     def extend(self, group: ConsumerGroup, receipt: bytes, invisible_ms: int) -> bool:
+        """Keep the in-flight message ``receipt`` invisible ``invisible_ms`` from now."""
         with group.lock:
-            extended = group.extend(receipt, self._broker._now() + invisible_ms)
+            extended = group.extend(receipt, self._core.now() + invisible_ms)
         if extended:
-            self._maybe_kick_deadline(group)
+            self._wake_for_deadline(group)
         return extended
 
     def redeliver(
@@ -205,50 +213,42 @@ class GroupRegistry:
     ) -> None:
         """Send an in-flight message to the group's retry topic or its DLQ (group lock held);
         with ``may_die`` false it goes to the retry topic whatever its attempts."""
-        b = self._broker
+        core = self._core
         dead = dead or (may_die and flight.attempts >= group.max_attempts)
-        store = b._store
+        store = core.store
         raw = record_id(flight.record)
         note_reason = (reason or "").encode()[:4096]
-        with b._lock:
-            now = b._now()
+        scheduled: list[Entry] = []
+        with core.lock:
+            now = core.now()
             batch = store.batch()
             if dead:
-                tid = b._topic_id(dead_letter_topic(group.name))
-                wkey = K.wheel_key(now, b._next_seq())
-                ready_key = b._tid_prefix[tid] + wkey
+                tid = core.topic_id(dead_letter_topic(group.name))
                 record = with_topic_and_attempts(flight.record, tid, flight.attempts, now)
-                batch.put(ready_key, record, store.handle[K.CF_READY])
+                wkey = core.append_ready(batch, tid, now, record)
                 note = b"D" + K.U16.pack(flight.attempts) + wkey + note_reason
-                b._count_pending(batch, {tid: 1})
-                b._count_pending(batch, {tid: 1}, fired=True)
-                b._tails[tid] = ready_key
             else:
                 tid = group.retry_tid
                 if delay_ms is None:
                     delay_ms = retry_backoff_ms(flight.attempts)
                 due = now + delay_ms
-                wkey = K.wheel_key(due, b._next_seq())
                 record = with_topic_and_attempts(flight.record, tid, flight.attempts, due)
-                batch.put(wkey, record, store.handle[K.CF_WHEEL])
-                note = b"R" + K.U16.pack(flight.attempts) + wkey + note_reason
-                b._count_pending(batch, {tid: 1})
+                entry = core.schedule_retry(batch, tid, due, record)
+                scheduled.append(entry)
+                note = b"R" + K.U16.pack(flight.attempts) + entry[0] + note_reason
             batch.put(group.gid_bytes + raw, note, store.handle[K.CF_CONSUME])
             self.commit(group, batch)
-            store.write(batch)
-            if not dead:
-                b._wheel.schedule(wkey, tid, record)
+            core.write(batch, scheduled)
         if dead:
             self.add_ready({tid: 1})
-        elif due < b._planned_wake:
-            b._kick()
+        else:
+            core.wake_if_before(due)
 
-    def release_held(self, consumer: EmbeddedConsumer) -> None:
-        """Give back a closing consumer's in-flight messages for redelivery at once."""
-        b = self._broker
-        self.consumers.discard(consumer)
-        group = consumer.group_state
-        if b._closed:
+    def release_held(self, consumer: EmbeddedConsumer, group: ConsumerGroup) -> None:
+        """Give back a closing consumer's in-flight messages (of its ``group``) for
+        redelivery at once."""
+        self._consumers.discard(consumer)
+        if self.closed:
             return
         with group.lock:
             for flight in group.held_by(consumer):
@@ -256,8 +256,10 @@ class GroupRegistry:
                 self.redeliver(group, flight, 0, "consumer closed", dead=False)
 
     def add_ready(self, counts: dict[int, int]) -> None:
+        """Count newly fired messages (topic id -> n) as ready for every subscribed group
+        and wake waiting pulls."""
         for tid, n in counts.items():
-            for group in self.subscribers.get(tid, ()):
+            for group in self._subscribers.get(tid, ()):
                 with group.lock:
                     group.ready[tid] = group.ready.get(tid, 0) + n
         self.notify()
@@ -265,7 +267,7 @@ class GroupRegistry:
     def housekeep(self, now: int) -> int | None:
         """Redeliver expired in-flight messages, persist cursors; the next deadline."""
         soonest = None
-        for group in list(self.groups.values()):
+        for group in list(self._groups.values()):
             with group.lock:
                 for flight in group.expired(now):
                     group.drop_flight(flight.receipt)
@@ -285,7 +287,7 @@ class GroupRegistry:
         out = {}
         ready: dict[int, int] = {}
         inflight: dict[int, int] = {}
-        for name, g in list(self.groups.items()):
+        for name, g in list(self._groups.items()):
             with g.lock:
                 out[name] = GroupStats(
                     ready=max(sum(g.ready.values()), 0),
@@ -302,10 +304,11 @@ class GroupRegistry:
 
     def close(self) -> None:
         """Mark consumers closed, wake pullers, and persist every group's cursors."""
-        for consumer in list(self.consumers):
+        self.closed = True
+        for consumer in list(self._consumers):
             consumer.closed = True
         self.notify()
-        for group in self.groups.values():
+        for group in self._groups.values():
             with group.lock:
                 group.dirty.update(group.cursors)
                 self.commit(group)

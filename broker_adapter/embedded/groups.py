@@ -1,4 +1,4 @@
-"""Consumer groups of the embedded broker: cursors, in-flight messages, the consumer.
+"""Consumer groups of the embedded broker: cursors and in-flight messages.
 
 A group reads each of its topics' ``ready`` keys in order from a cursor (the
 next key to read), like a RocketMQ consume queue offset. What it has pulled and
@@ -9,32 +9,23 @@ from there, so nothing is lost and at most some acked messages come again.
 
 Acks write nothing per message: the committed position is persisted lazily
 (every ``commit_interval_ms`` at most) and in the same batch as any nack or
-dead letter. Retries go through the wheel into ``%RETRY%<group>``.
+dead letter. Retries go through the wheel into ``%RETRY%<group>``. The members
+of a group are :class:`~broker_adapter.embedded.consumer.EmbeddedConsumer` objects.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import threading
 from collections import deque
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from broker_adapter.base import Consumer
-from broker_adapter.checks import (
-    check_invisible_ms,
-    check_nack_delay,
-    check_pull_args,
-    check_release_delay,
-)
-from broker_adapter.embedded.keys import CF_READY, U64, tid_bytes, topic_range
-from broker_adapter.embedded.records import delivery_fields, record_attempts
-from broker_adapter.errors import BrokerClosed
-from broker_adapter.results import NO_PROPERTIES, MessageState, ReceivedMessage
+from broker_adapter.embedded.keys import U64, tid_bytes
+from broker_adapter.embedded.records import record_attempts
+from broker_adapter.results import MessageState
 
 if TYPE_CHECKING:
-    from broker_adapter.embedded.broker import EmbeddedBroker
+    from broker_adapter.embedded.consumer import EmbeddedConsumer
 
 
 class Pull:
@@ -201,154 +192,4 @@ class ConsumerGroup:
         return self.committed(tid) + U64.pack(self.acked_total)
 
 
-class EmbeddedConsumer(Consumer):
-    """A member of a consumer group of an :class:`EmbeddedBroker`."""
-
-    _ids = itertools.count(1)
-
-    def __init__(
-        self,
-        broker: EmbeddedBroker,
-        group: ConsumerGroup,
-        topics: Iterable[int],
-        topic_names: tuple[str, ...],
-        max_inflight: int,
-        max_inflight_bytes: int,
-    ) -> None:
-        self._broker = broker
-        self._group = group
-        self._tids = list(topics)
-        self.group = group.name
-        self.topics = topic_names
-        self.max_inflight = max_inflight
-        self.max_inflight_bytes = max_inflight_bytes
-        self.held = 0
-        self.held_bytes = 0
-        self.closed = False
-        self._turn = 0
-        self.id = next(self._ids)
-
-    def _check(self) -> None:
-        if self.closed:
-            raise BrokerClosed(f"consumer of group {self.group!r} is closed")
-        self._broker.check_open()
-
-    def pull(self, max_messages: int = 32, wait_ms: int = 1000) -> list[ReceivedMessage]:
-        """See :meth:`broker_adapter.base.Consumer.pull`."""
-        check_pull_args(max_messages, wait_ms)
-        self._check()
-        return self._broker._groups.pull(self, max_messages, wait_ms)
-
-    def take(self, max_messages: int, now_ms: int) -> list[ReceivedMessage]:
-        """Read up to ``max_messages`` ready messages and put them in flight (group lock held)."""
-        group = self._group
-        room = min(max_messages, self.max_inflight - self.held)
-        out: list[ReceivedMessage] = []
-        if room <= 0 or self.held_bytes >= self.max_inflight_bytes:
-            return out
-        broker = self._broker
-        tails = broker._tails
-        names = broker._topic_names
-        pull = Pull(now_ms + group.invisible_ms, self)
-        receipts: list[bytes] = []
-        records: list[bytes] = []
-        tids = self._tids
-        n = len(tids)
-        self._turn = (self._turn + 1) % n
-        for i in range(n):
-            tid = tids[(self._turn + i) % n]
-            cursor = group.cursors[tid]
-            tail = tails.get(tid)
-            if tail is None or cursor > tail:
-                continue
-            rows = broker._store.scan(CF_READY, cursor, topic_range(tid)[1], room - len(out))
-            held_bytes, max_bytes = self.held_bytes, self.max_inflight_bytes
-            taken = 0
-            for receipt, data in rows:  # hot loop: locals only, one object per message
-                size = len(data)
-                if out and held_bytes + size > max_bytes:
-                    break
-                attempts, due, born, raw, key, tags, props, body = delivery_fields(data)
-                receipts.append(receipt)
-                records.append(data)
-                held_bytes += size
-                out.append(
-                    ReceivedMessage(
-                        raw.hex(),
-                        names[(raw[14] << 8) | raw[15]],
-                        body,
-                        due,
-                        born,
-                        attempts + 1,
-                        receipt,
-                        key,
-                        tags,
-                        props or NO_PROPERTIES,
-                    )
-                )
-                taken += 1
-            if taken:
-                group.cursors[tid] = receipts[-1] + b"\x00"
-                group.ready[tid] = group.ready.get(tid, 0) - taken
-                self.held += taken
-                self.held_bytes = held_bytes
-            if len(out) >= room or self.held_bytes >= self.max_inflight_bytes:
-                break
-        group.add_pulled(receipts, records, pull)
-        return out
-
-    def ack(self, message: ReceivedMessage) -> bool:
-        """See :meth:`broker_adapter.base.Consumer.ack`."""
-        if self.closed or self._broker._closed:
-            self._check()
-        return self._broker._groups.ack(self._group, message.receipt)
-
-    def nack(
-        self, message: ReceivedMessage, delay_ms: int | None = None, reason: str | None = None
-    ) -> bool:
-        """See :meth:`broker_adapter.base.Consumer.nack`."""
-        check_nack_delay(delay_ms)
-        self._check()
-        return self._broker._groups.nack(self._group, message.receipt, delay_ms, reason, dead=False)
-
-    def dead_letter(self, message: ReceivedMessage, reason: str) -> bool:
-        """See :meth:`broker_adapter.base.Consumer.dead_letter`."""
-        self._check()
-        return self._broker._groups.nack(self._group, message.receipt, None, reason, dead=True)
-
-    def extend(self, message: ReceivedMessage, invisible_ms: int) -> bool:
-        """See :meth:`broker_adapter.base.Consumer.extend`."""
-        check_invisible_ms(invisible_ms)
-        self._check()
-        return self._broker._groups.extend(self._group, message.receipt, invisible_ms)
-
-    def release(self, message: ReceivedMessage, delay_ms: int = 0) -> bool:
-        """See :meth:`broker_adapter.base.Consumer.release`."""
-        check_release_delay(delay_ms)
-        self._check()
-        return self._broker._groups.nack(
-            self._group, message.receipt, delay_ms, None, dead=False, attempt=False
-        )
-
-    def close(self) -> None:
-        """See :meth:`broker_adapter.base.Consumer.close`."""
-        if self.closed:
-            return
-        self.closed = True
-        self._broker._groups.release_held(self)
-
-    @property
-    def group_state(self) -> ConsumerGroup:
-        """The shared state of this consumer's group."""
-        return self._group
-
-    @property
-    def topic_ids(self) -> list[int]:
-        """Topic ids this consumer pulls from (its group's retry topic included)."""
-        return self._tids
-
-    def __repr__(self) -> str:
-        return f"<EmbeddedConsumer {self.id} group={self.group!r} topics={self.topics!r}>"
-
-
-__all__ = ["ConsumerGroup", "EmbeddedConsumer", "Flight"]
+__all__ = ["ConsumerGroup", "Flight", "Pull"]

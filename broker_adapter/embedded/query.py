@@ -8,24 +8,26 @@ from the group's note in ``consume`` once it was retried or dead-lettered.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from broker_adapter.embedded import keys as K
+from broker_adapter.embedded.core import BrokerCore
+from broker_adapter.embedded.group_registry import GroupRegistry
+from broker_adapter.embedded.groups import ConsumerGroup
 from broker_adapter.embedded.records import Record
 from broker_adapter.errors import DecodeError
 from broker_adapter.results import MessageState, MessageView, overall_state
 
-if TYPE_CHECKING:
-    from broker_adapter.embedded.broker import EmbeddedBroker
-    from broker_adapter.embedded.groups import ConsumerGroup
-
 
 class MessageQuery:
-    """Answers ``query`` and ``pending`` for an :class:`EmbeddedBroker`."""
+    """Answers ``query`` and ``pending`` for an embedded broker.
 
-    def __init__(self, broker: EmbeddedBroker) -> None:
-        self._broker = broker
-        self._store = broker._store
+    :param core: the broker's core (store, topics, fire position).
+    :param groups: its consumer groups (each one's state of a fired message).
+    """
+
+    def __init__(self, core: BrokerCore, groups: GroupRegistry) -> None:
+        self._core = core
+        self._groups = groups
+        self._store = core.store
 
     def _view(
         self, msg_id: str, record: bytes, state: MessageState, **extra: object
@@ -33,7 +35,7 @@ class MessageQuery:
         rec = Record(record)
         fields: dict[str, object] = {
             "msg_id": msg_id,
-            "topic": self._broker._topic_names.get(K.id_tid(rec.raw_id), "?"),
+            "topic": self._core.topic_names.get(K.id_tid(rec.raw_id), "?"),
             "state": state,
             "deliver_at_ms": rec.deliver_at,
             "born_ms": rec.born,
@@ -48,21 +50,21 @@ class MessageQuery:
     def view(self, msg_id: str) -> MessageView | None:
         """The view of ``msg_id``, or ``None`` when unknown or malformed."""
         raw = K.parse_id(msg_id)
-        broker = self._broker
-        if raw is None or K.id_tid(raw) not in broker._topic_names:
+        core = self._core
+        if raw is None or K.id_tid(raw) not in core.topic_names:
             return None
         cf = self._store.cf
         wkey = K.id_wheel_key(raw)
         tid = K.id_tid(raw)
         try:
-            with broker._lock:
+            with core.lock:
                 record = cf[K.CF_WHEEL].get(wkey)
                 if record is not None:
                     return self._view(msg_id, record, MessageState.PENDING)
                 aborted = cf[K.CF_ABORTED].get(wkey)
                 if aborted is not None:
                     return self._view(msg_id, aborted[8:], MessageState.ABORTED)
-                fired = cf[K.CF_READY].get(broker._tid_prefix[tid] + wkey)
+                fired = cf[K.CF_READY].get(core.prefixes[tid] + wkey)
             if fired is None:
                 return None
             return self._fired_view(msg_id, raw, tid, wkey, fired)
@@ -72,12 +74,11 @@ class MessageQuery:
     def _fired_view(
         self, msg_id: str, raw: bytes, tid: int, wkey: bytes, record: bytes
     ) -> MessageView:
-        broker = self._broker
         groups: dict[str, MessageState] = {}
         attempts = 0
         error = None
         deliver_at = None
-        for group in list(broker._groups.subscribers.get(tid, ())):
+        for group in self._groups.subscribers_of(tid):
             state, tries, why, due = self._group_state(group, raw, tid, wkey)
             groups[group.name] = state
             attempts = max(attempts, tries)
@@ -98,7 +99,7 @@ class MessageQuery:
         note = cf[K.CF_CONSUME].get(group.gid_bytes + raw)
         with group.lock:
             if note is None:
-                ready_key = self._broker._tid_prefix[tid] + wkey
+                ready_key = self._core.prefixes[tid] + wkey
                 state = group.state_of(tid, ready_key)
                 flight = group.flight(ready_key)
                 tries = flight.attempts if flight else (0 if state is MessageState.READY else 1)
@@ -119,13 +120,12 @@ class MessageQuery:
         self, topic: str | None, start_ms: int | None, end_ms: int | None, limit: int
     ) -> list[MessageView]:
         """Pending messages in due order, filtered by topic and ``[start_ms, end_ms)``."""
-        broker = self._broker
         tid = None
         if topic is not None:
-            tid = broker._topic_ids.get(topic)
+            tid = self._core.topic_ids.get(topic)
             if tid is None:
                 return []
-        lower = max(K.wheel_key(start_ms or 0, 0), broker._fired_upto)
+        lower = max(K.wheel_key(start_ms or 0, 0), self._core.fired_upto)
         upper = K.wheel_key(end_ms, 0) if end_ms is not None else b"\xff" * 17
         out: list[MessageView] = []
         while len(out) < limit and lower < upper:

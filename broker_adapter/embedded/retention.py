@@ -16,15 +16,12 @@ calls: a big backlog past retention never holds the timing wheel up.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from broker_adapter.embedded import keys as K
+from broker_adapter.embedded.core import BrokerCore
+from broker_adapter.embedded.group_registry import GroupRegistry
 from broker_adapter.embedded.records import HEAD_SIZE, record_id
-
-if TYPE_CHECKING:
-    from typing import Any
-
-    from broker_adapter.embedded.broker import EmbeddedBroker
 
 #: Records looked at per call (the wheel thread fires due messages between calls).
 TRIM_CHUNK = 5_000
@@ -32,13 +29,19 @@ _KEY_LEN = slice(38, 40)  # key length in a record's head (see records.py)
 
 
 class Retention:
-    """Trims the data directory of one broker, a chunk at a time.
+    """Trims the data directory of one broker, a chunk at a time (only the wheel thread
+    calls in).
 
-    :param broker: the broker whose store it trims (only its wheel thread calls in).
+    :param core: the broker's core (its store and topics).
+    :param groups: its consumer groups (what they have passed is what may go).
+    :param retention_ms: how long fired messages and tombstones stay.
     """
 
-    def __init__(self, broker: EmbeddedBroker) -> None:
-        self._b = broker
+    def __init__(self, core: BrokerCore, groups: GroupRegistry, retention_ms: int) -> None:
+        self._core = core
+        self._store = core.store
+        self._groups = groups
+        self.retention_ms = retention_ms
         # Per topic id: the ready key below which everything is trimmed already, so a
         # pass does not walk the deleted head again (range tombstones still cost).
         self._trimmed: dict[int, bytes] = {}
@@ -47,9 +50,8 @@ class Retention:
     def trim(self, now: int) -> bool:
         """Trim one chunk of what retention lets go at broker time ``now``; ``True``
         when nothing is left for this round."""
-        b = self._b
-        floor = K.wheel_key(max(now - b.retention_ms, 0), 0)
-        store = b._store
+        floor = K.wheel_key(max(now - self.retention_ms, 0), 0)
+        store = self._store
         batch = store.batch()
         left = TRIM_CHUNK
         h_aborted, h_ready = store.handle[K.CF_ABORTED], store.handle[K.CF_READY]
@@ -62,11 +64,11 @@ class Retention:
             batch.delete_range(lower, upto, h_aborted)
             self._aborted_from = upto
             left -= len(rows)
-        for tid, prefix in list(b._tid_prefix.items()):
+        for tid, prefix in list(self._core.prefixes.items()):
             if left <= 0:
                 break
             end = prefix + floor
-            for group in b._groups.subscribers.get(tid, ()):
+            for group in self._groups.subscribers_of(tid):
                 with group.lock:
                     end = min(end, group.committed(tid))
             lower = max(self._trimmed.get(tid, prefix), prefix)
@@ -87,17 +89,17 @@ class Retention:
 
     def _group_of(self, tid: int) -> bytes | None:
         """The id bytes of the group whose retry or dead-letter topic ``tid`` is."""
-        name = self._b._topic_names.get(tid, "")
+        name = self._core.topic_names.get(tid, "")
         for system in ("%RETRY%", "%DLQ%"):
             if name.startswith(system):
-                group = self._b._groups.groups.get(name[len(system) :])
+                group = self._groups.group(name[len(system) :])
                 return None if group is None else group.gid_bytes
         return None
 
     def _forget_note(self, batch: Any, note_key: bytes, wkey: bytes) -> None:
         """Delete a group's note on a message if it names the copy at ``wkey`` (a later
         retry's note names a later copy and stays)."""
-        store = self._b._store
+        store = self._store
         note = store.cf[K.CF_CONSUME].get(note_key)
         if note is not None and note[3:19] == wkey:  # kind(1) attempts(2) wheel key(16)
             batch.delete(note_key, store.handle[K.CF_CONSUME])
@@ -114,6 +116,6 @@ class Retention:
         if wkey != first_wkey:
             return  # a retry's copy: the first send's record decides
         index = raw[14:16] + record[HEAD_SIZE : HEAD_SIZE + klen]
-        entry = self._b._store.cf[K.CF_KEYS].get(index)
+        entry = self._store.cf[K.CF_KEYS].get(index)
         if entry is not None and entry[:16] == first_wkey:
-            batch.delete(index, self._b._store.handle[K.CF_KEYS])
+            batch.delete(index, self._store.handle[K.CF_KEYS])

@@ -68,6 +68,10 @@ class TimingWheel:
         """Entries held in memory (cancelled ones not yet popped included)."""
         return len(self._heap)
 
+    def held_keys(self) -> list[bytes]:
+        """The wheel keys held in memory (cancelled ones not yet popped included), unordered."""
+        return [entry[0] for entry in self._heap]
+
     def schedule(self, key: bytes, tid: int, record: bytes) -> None:
         """Note an entry the caller has just written to the ``wheel`` family."""
         if key < self.watermark:

@@ -43,7 +43,7 @@ def test_trim_drops_consumed_messages_past_retention_and_keeps_the_rest(tmp_path
 
 def entries(broker: EmbeddedBroker, cf: str) -> int:
     """How many entries column family ``cf`` holds."""
-    return sum(1 for _ in broker._store.cf[cf].keys())  # noqa: SIM118 - Rdict
+    return sum(1 for _ in broker.core.store.cf[cf].keys())  # noqa: SIM118 - Rdict
 
 
 def key_entries(broker: EmbeddedBroker) -> int:

@@ -116,7 +116,7 @@ class WheelAgainstSortedList(RuleBasedStateMachine):
         nxt = self.wheel.next_due_ms()
         if self.model:
             assert nxt is not None and nxt <= K.wheel_time(self.model[0])
-        assert all(entry[0] < self.wheel.watermark for entry in self.wheel._heap)
+        assert all(key < self.wheel.watermark for key in self.wheel.held_keys())
 
     def teardown(self) -> None:
         self.store.close()

@@ -1,0 +1,241 @@
+"""EmbeddedConsumer: a member of a consumer group, and the long poll of ``pull``.
+
+A consumer reads its group's ready messages straight from the store (under its
+group's lock, see the lock order in :mod:`~broker_adapter.embedded.core`) and
+waits for more on the registry's :class:`ReadySignal`. Acks, nacks, dead
+letters, extensions and releases change the group's shared state, so they go to
+the :class:`~broker_adapter.embedded.group_registry.GroupRegistry`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from broker_adapter.base import Consumer
+from broker_adapter.checks import (
+    check_invisible_ms,
+    check_nack_delay,
+    check_pull_args,
+    check_release_delay,
+)
+from broker_adapter.embedded.core import BrokerCore
+from broker_adapter.embedded.groups import ConsumerGroup, Pull
+from broker_adapter.embedded.keys import CF_READY, topic_range
+from broker_adapter.embedded.records import delivery_fields
+from broker_adapter.errors import BrokerClosed
+from broker_adapter.results import NO_PROPERTIES, ReceivedMessage
+
+if TYPE_CHECKING:
+    from broker_adapter.embedded.group_registry import GroupRegistry
+
+
+class ReadySignal:
+    """Wakes pulls waiting for messages; an epoch tells a waiter whether it missed one.
+
+    Its lock is a leaf of the lock order: held only inside :meth:`notify` and :meth:`wait`.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._epoch = 0
+
+    @property
+    def epoch(self) -> int:
+        """How many wake-ups there were; read it before looking for messages."""
+        return self._epoch
+
+    def notify(self) -> None:
+        """Wake every waiting pull (messages are ready, room freed, or the broker closes)."""
+        with self._cond:
+            self._epoch += 1
+            self._cond.notify_all()
+
+    def wait(self, epoch: int, timeout_s: float) -> None:
+        """Sleep up to ``timeout_s`` unless a wake-up came since ``epoch`` was read.
+
+        :param epoch: :attr:`epoch` as read before the last look for messages.
+        :param timeout_s: the longest wait in seconds.
+        """
+        with self._cond:
+            if self._epoch == epoch:
+                self._cond.wait(timeout_s)
+
+
+class EmbeddedConsumer(Consumer):
+    """A member of a consumer group of an embedded broker.
+
+    :param core: the broker's core (store, topic names and tails, time, wake-ups).
+    :param registry: the groups, which settle this consumer's messages.
+    :param group: its group's shared state.
+    :param topics: ids of the topics it pulls from (its group's retry topic included).
+    :param topic_names: the names it subscribed with.
+    :param max_inflight: most messages held unsettled at once.
+    :param max_inflight_bytes: most bytes held unsettled at once.
+    """
+
+    _ids = itertools.count(1)
+
+    def __init__(
+        self,
+        core: BrokerCore,
+        registry: GroupRegistry,
+        group: ConsumerGroup,
+        topics: Iterable[int],
+        topic_names: tuple[str, ...],
+        max_inflight: int,
+        max_inflight_bytes: int,
+    ) -> None:
+        self._core = core
+        self._registry = registry
+        self._group = group
+        self._tids = list(topics)
+        self.group = group.name
+        self.topics = topic_names
+        self.max_inflight = max_inflight
+        self.max_inflight_bytes = max_inflight_bytes
+        self.held = 0
+        self.held_bytes = 0
+        self.closed = False
+        self._turn = 0
+        self.id = next(self._ids)
+
+    def _check(self) -> None:
+        if self.closed:
+            raise BrokerClosed(f"consumer of group {self.group!r} is closed")
+        self._registry.check_open()
+
+    def pull(self, max_messages: int = 32, wait_ms: int = 1000) -> list[ReceivedMessage]:
+        """See :meth:`broker_adapter.base.Consumer.pull`."""
+        check_pull_args(max_messages, wait_ms)
+        self._check()
+        core, group = self._core, self._group
+        signal = self._registry.ready_signal
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            epoch = signal.epoch
+            with group.lock:
+                got = self._take(max_messages, core.now())
+            if got:
+                soonest = group.next_deadline()
+                if soonest is not None:  # the wheel thread redelivers at that deadline
+                    core.wake_if_before(soonest)
+                return got
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.closed:
+                return got
+            signal.wait(epoch, remaining)
+            self._registry.check_open()
+
+    def _take(self, max_messages: int, now_ms: int) -> list[ReceivedMessage]:
+        """Read up to ``max_messages`` ready messages and put them in flight (group lock held)."""
+        group = self._group
+        room = min(max_messages, self.max_inflight - self.held)
+        out: list[ReceivedMessage] = []
+        if room <= 0 or self.held_bytes >= self.max_inflight_bytes:
+            return out
+        core = self._core
+        tails = core.tails
+        names = core.topic_names
+        scan = core.store.scan
+        pull = Pull(now_ms + group.invisible_ms, self)
+        receipts: list[bytes] = []
+        records: list[bytes] = []
+        tids = self._tids
+        n = len(tids)
+        self._turn = (self._turn + 1) % n
+        for i in range(n):
+            tid = tids[(self._turn + i) % n]
+            cursor = group.cursors[tid]
+            tail = tails.get(tid)
+            if tail is None or cursor > tail:
+                continue
+            rows = scan(CF_READY, cursor, topic_range(tid)[1], room - len(out))
+            held_bytes, max_bytes = self.held_bytes, self.max_inflight_bytes
+            taken = 0
+            for receipt, data in rows:  # hot loop: locals only, one object per message
+                size = len(data)
+                if out and held_bytes + size > max_bytes:
+                    break
+                attempts, due, born, raw, key, tags, props, body = delivery_fields(data)
+                receipts.append(receipt)
+                records.append(data)
+                held_bytes += size
+                out.append(
+                    ReceivedMessage(
+                        raw.hex(),
+                        names[(raw[14] << 8) | raw[15]],
+                        body,
+                        due,
+                        born,
+                        attempts + 1,
+                        receipt,
+                        key,
+                        tags,
+                        props or NO_PROPERTIES,
+                    )
+                )
+                taken += 1
+            if taken:
+                group.cursors[tid] = receipts[-1] + b"\x00"
+                group.ready[tid] = group.ready.get(tid, 0) - taken
+                self.held += taken
+                self.held_bytes = held_bytes
+            if len(out) >= room or self.held_bytes >= self.max_inflight_bytes:
+                break
+        group.add_pulled(receipts, records, pull)
+        return out
+
+    def ack(self, message: ReceivedMessage) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.ack`."""
+        if self.closed or self._registry.closed:
+            self._check()
+        return self._registry.ack(self._group, message.receipt)
+
+    def nack(
+        self, message: ReceivedMessage, delay_ms: int | None = None, reason: str | None = None
+    ) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.nack`."""
+        check_nack_delay(delay_ms)
+        self._check()
+        return self._registry.nack(self._group, message.receipt, delay_ms, reason, dead=False)
+
+    def dead_letter(self, message: ReceivedMessage, reason: str) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.dead_letter`."""
+        self._check()
+        return self._registry.nack(self._group, message.receipt, None, reason, dead=True)
+
+    def extend(self, message: ReceivedMessage, invisible_ms: int) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.extend`."""
+        check_invisible_ms(invisible_ms)
+        self._check()
+        return self._registry.extend(self._group, message.receipt, invisible_ms)
+
+    def release(self, message: ReceivedMessage, delay_ms: int = 0) -> bool:
+        """See :meth:`broker_adapter.base.Consumer.release`."""
+        check_release_delay(delay_ms)
+        self._check()
+        return self._registry.nack(
+            self._group, message.receipt, delay_ms, None, dead=False, attempt=False
+        )
+
+    def close(self) -> None:
+        """See :meth:`broker_adapter.base.Consumer.close`."""
+        if self.closed:
+            return
+        self.closed = True
+        self._registry.release_held(self, self._group)
+
+    @property
+    def topic_ids(self) -> list[int]:
+        """Topic ids this consumer pulls from (its group's retry topic included)."""
+        return self._tids
+
+    def __repr__(self) -> str:
+        return f"<EmbeddedConsumer {self.id} group={self.group!r} topics={self.topics!r}>"
+
+
+__all__ = ["EmbeddedConsumer", "ReadySignal"]

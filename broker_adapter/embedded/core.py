@@ -1,0 +1,338 @@
+"""BrokerCore: the state every part of the embedded broker shares, behind one lock.
+
+The core owns the RocksDB store, the broker lock, sequence numbers, the pending
+and fired counters, the topic registry (ids, names, key prefixes), each topic's
+tail in ``ready``, the fire position (``fired_upto``), the timing wheel and the
+wheel thread's wake-ups. The helpers (:class:`~.group_registry.GroupRegistry`,
+:class:`~.consumer.EmbeddedConsumer`, :class:`~.query.MessageQuery`,
+:class:`~.retention.Retention`, :class:`~.firing.WheelThread`) and the broker
+itself use only the public API below.
+
+Lock order (the only place it is written down; every lock of the embedded broker):
+
+1. ``GroupRegistry``'s lock (group creation and subscription);
+2. a ``ConsumerGroup.lock`` (one group's cursors and in-flight messages);
+3. the broker lock, :attr:`BrokerCore.lock` (wheel, sequence numbers, topics,
+   counters, tails, fire position);
+4. leaf locks, held for a few instructions and never while taking another: the
+   wake-up condition of the wheel thread (:meth:`BrokerCore.kick`) and the ready
+   signal of waiting pulls (:class:`~.consumer.ReadySignal`).
+
+A thread may skip levels but never goes up. The core keeps its half of the rule
+by construction: it imports nothing of the groups and calls out to nobody while
+holding its lock (:meth:`BrokerCore.fire_due` returns what fired instead of telling
+the groups). Its methods that change state take the (reentrant) lock themselves,
+so a caller holds :attr:`BrokerCore.lock` only to make several calls one atomic step.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from broker_adapter.clock import Clock
+from broker_adapter.embedded import keys as K
+from broker_adapter.embedded.store import RocksStore
+from broker_adapter.embedded.timing_wheel import Entry, TimingWheel
+from broker_adapter.errors import InvalidArgument
+
+#: Sequence numbers reserved (persisted as a high-water mark) per write of ``meta``.
+SEQ_BLOCK = 1 << 20
+# A fired chunk this big deletes its wheel keys with one range tombstone.
+_RANGE_DELETE_MIN = 256
+
+
+class BrokerCore:
+    """The shared state of one embedded broker's data directory.
+
+    :param path: data directory; one process owns it at a time.
+    :param clock: the time source; the core subscribes :meth:`kick` to it.
+    :param durability: see :data:`~broker_adapter.embedded.store.DURABILITY_MODES`.
+    :param window_ms: the near window of the timing wheel held in memory.
+    :raises BrokerLocked: when another process owns ``path``.
+    :raises InvalidArgument: for an unknown ``durability``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        clock: Clock,
+        *,
+        durability: str = "wal",
+        window_ms: int = 1000,
+    ) -> None:
+        store = self._store = RocksStore(path, durability)
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._topic_ids: dict[str, int] = {}
+        self._topic_names: dict[int, str] = {}
+        self._prefixes: dict[int, bytes] = {}
+        self._pending: dict[int, int] = {}
+        self._fired: dict[int, int] = {}
+        self._tails: dict[int, bytes] = {}
+        for key, value in store.scan(K.CF_META, K.META_TOPIC, b"U", 1 << 30):
+            self._remember_topic(key[1:].decode(), int(K.U16.unpack(value)[0]))
+        for key, value in store.scan(K.CF_META, K.META_COUNTERS, b"O", 1 << 30):
+            tid = int(K.U16.unpack_from(key, 1)[0])
+            self._pending[tid], self._fired[tid] = K.U64X2.unpack(value)
+        seq = store.cf[K.CF_META].get(K.META_SEQ)
+        self._seq = self._seq_hi = int(K.U64.unpack(seq)[0]) if seq else 1
+        fired_upto = store.cf[K.CF_META].get(K.META_FIRED_UPTO) or K.wheel_key(0, 0)
+        self._fired_upto: bytes = fired_upto
+        self._last_now = K.wheel_time(fired_upto)
+        for tid in self._topic_names:
+            lo, hi = K.topic_range(tid)
+            tail = store.last_key(K.CF_READY, lo, hi)
+            if tail is not None:
+                self._tails[tid] = tail
+        self._wheel = TimingWheel(store, fired_upto, window_ms=window_ms)
+        self._wake = threading.Condition(threading.Lock())
+        self._kicked = False
+        self._planned_wake = 0
+        clock.subscribe(self.kick)
+
+    # -- what the core owns ------------------------------------------------------------
+
+    @property
+    def store(self) -> RocksStore:
+        """The RocksDB store (its ``meta``, ``consume`` and ``ready`` reads are free for
+        all; writes that touch core state go through the core)."""
+        return self._store
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The broker lock (level 3 of the lock order): hold it to make several core
+        calls one atomic step; never take a group lock while holding it."""
+        return self._lock
+
+    @property
+    def topic_ids(self) -> Mapping[str, int]:
+        """Topic name -> id, read-only (hot loops look ids up without a call)."""
+        return self._topic_ids
+
+    @property
+    def topic_names(self) -> Mapping[int, str]:
+        """Topic id -> name, read-only."""
+        return self._topic_names
+
+    @property
+    def prefixes(self) -> Mapping[int, bytes]:
+        """Topic id -> its 2-byte key prefix, read-only."""
+        return self._prefixes
+
+    @property
+    def tails(self) -> Mapping[int, bytes]:
+        """Topic id -> its greatest ``ready`` key, read-only (a pull skips a topic whose
+        cursor is past its tail without reading the store)."""
+        return self._tails
+
+    @property
+    def fired_upto(self) -> bytes:
+        """The fire position: every wheel key below it has fired or was aborted."""
+        return self._fired_upto
+
+    # -- topics, time, sequence numbers ------------------------------------------------
+
+    def _remember_topic(self, name: str, tid: int) -> None:
+        self._topic_ids[name] = tid
+        self._topic_names[tid] = name
+        self._prefixes[tid] = K.tid_bytes(tid)
+
+    def topic_id(self, name: str) -> int:
+        """The id of topic ``name``, registered durably on first use.
+
+        :raises InvalidArgument: when the broker has :data:`~.keys.MAX_TOPICS` already.
+        """
+        tid = self._topic_ids.get(name)
+        if tid is not None:
+            return tid
+        with self._lock:
+            tid = self._topic_ids.get(name)
+            if tid is None:
+                tid = len(self._topic_ids) + 1
+                if tid > K.MAX_TOPICS:
+                    raise InvalidArgument(f"this broker already has {K.MAX_TOPICS} topics")
+                store = self._store
+                store.cf[K.CF_META].put(
+                    K.META_TOPIC + name.encode(), K.U16.pack(tid), store.write_opt
+                )
+                self._remember_topic(name, tid)
+            return tid
+
+    def now(self) -> int:
+        """Broker time in epoch ms: the clock, never going backwards (so new keys stay
+        at or after the fire position)."""
+        now = self._clock.now_ms()
+        if now < self._last_now:
+            return self._last_now
+        self._last_now = now
+        return now
+
+    def take_seqs(self, n: int) -> int:
+        """Reserve ``n`` consecutive sequence numbers; returns the first. A block is made
+        durable before it is handed out, so no number is used twice across a reopen."""
+        with self._lock:
+            seq = self._seq
+            if seq + n >= self._seq_hi:
+                self._seq_hi = seq + n + SEQ_BLOCK
+                store = self._store
+                store.cf[K.CF_META].put(K.META_SEQ, K.U64.pack(self._seq_hi), store.write_opt)
+            self._seq = seq + n
+            return seq
+
+    def next_seq(self) -> int:
+        """One new sequence number (see :meth:`take_seqs`)."""
+        return self.take_seqs(1)
+
+    # -- counters ----------------------------------------------------------------------
+
+    def count_pending(self, batch: Any, counts: Mapping[int, int], fired: bool = False) -> None:
+        """Add ``counts`` (topic id -> n) to the pending counters, or with ``fired`` move
+        them from pending to fired; in memory now and in ``batch`` for the store."""
+        h_meta = self._store.handle[K.CF_META]
+        prefixes, pending, fired_of = self._prefixes, self._pending, self._fired
+        with self._lock:
+            for tid, n in counts.items():
+                if fired:
+                    pending[tid] = pending.get(tid, 0) - n
+                    fired_of[tid] = fired_of.get(tid, 0) + n
+                else:
+                    pending[tid] = pending.get(tid, 0) + n
+                value = K.U64X2.pack(max(pending[tid], 0), fired_of.get(tid, 0))
+                batch.put(K.META_COUNTERS + prefixes[tid], value, h_meta)
+
+    def pending_count(self, tid: int) -> int:
+        """Messages of topic ``tid`` waiting on the wheel."""
+        return max(self._pending.get(tid, 0), 0)
+
+    def fired_count(self, tid: int) -> int:
+        """Messages ever fired into topic ``tid`` (dead letters included)."""
+        return self._fired.get(tid, 0)
+
+    # -- writing -----------------------------------------------------------------------
+
+    def write(self, batch: Any, scheduled: Iterable[Entry] = (), lazy: bool = False) -> None:
+        """Apply ``batch``, then note the wheel entries it added in the near window.
+
+        :param scheduled: ``(wheel key, topic id, record)`` of each wheel entry in ``batch``.
+        :param lazy: for writes a crash may repeat (see :meth:`RocksStore.write`).
+        """
+        with self._lock:
+            self._store.write(batch, lazy)
+            schedule = self._wheel.schedule
+            for entry in scheduled:
+                schedule(*entry)
+
+    def schedule_retry(self, batch: Any, tid: int, due_ms: int, record: bytes) -> Entry:
+        """Put ``record`` on the wheel at ``due_ms`` for topic ``tid`` in ``batch`` and
+        count it pending; returns the entry to pass to :meth:`write` as ``scheduled``."""
+        with self._lock:
+            wkey = K.wheel_key(due_ms, self.next_seq())
+            batch.put(wkey, record, self._store.handle[K.CF_WHEEL])
+            self.count_pending(batch, {tid: 1})
+        return wkey, tid, record
+
+    def append_ready(self, batch: Any, tid: int, at_ms: int, record: bytes) -> bytes:
+        """Put ``record`` at the end of topic ``tid``'s ready keys in ``batch``, fired at
+        broker time ``at_ms`` (a dead letter: counted as sent and fired); returns its
+        wheel key."""
+        with self._lock:
+            wkey = K.wheel_key(at_ms, self.next_seq())
+            ready_key = self._prefixes[tid] + wkey
+            batch.put(ready_key, record, self._store.handle[K.CF_READY])
+            self.count_pending(batch, {tid: 1})
+            self.count_pending(batch, {tid: 1}, fired=True)
+            self._tails[tid] = ready_key
+        return wkey
+
+    def abort_pending(self, wkey: bytes, tid: int, record: bytes) -> None:
+        """Replace the pending wheel entry ``wkey`` of topic ``tid`` (holding ``record``)
+        with an abort tombstone, in one write."""
+        store = self._store
+        with self._lock:
+            batch = store.batch()
+            batch.delete(wkey, store.handle[K.CF_WHEEL])
+            batch.put(wkey, K.U64.pack(self.now()) + record, store.handle[K.CF_ABORTED])
+            self.count_pending(batch, {tid: -1})
+            store.write(batch)
+            self._wheel.cancel(wkey)
+
+    # -- firing ------------------------------------------------------------------------
+
+    def fire_due(self, limit: int) -> dict[int, int]:
+        """Move up to ``limit`` due wheel entries to their topics' ready keys in one lazy
+        write; returns how many fired per topic id (empty: nothing was due). The caller
+        tells the groups, after this returns (no group lock under the broker lock)."""
+        store = self._store
+        counts: dict[int, int] = {}
+        with self._lock:
+            entries = self._wheel.pop_due(self.now(), limit)
+            if not entries:
+                return counts
+            batch = store.batch()
+            h_wheel, h_ready = store.handle[K.CF_WHEEL], store.handle[K.CF_READY]
+            prefix = self._prefixes
+            tails = {}
+            # Everything below the last fired key has now fired or was aborted, so a
+            # big chunk is one range tombstone; small ones stay point deletes
+            # (many range tombstones in a memtable slow reads down).
+            ranged = len(entries) >= _RANGE_DELETE_MIN
+            if ranged:
+                batch.delete_range(self._fired_upto, K.next_key(entries[-1][0]), h_wheel)
+            for wkey, tid, record in entries:
+                if not ranged:
+                    batch.delete(wkey, h_wheel)
+                ready_key = prefix[tid] + wkey
+                batch.put(ready_key, record, h_ready)
+                counts[tid] = counts.get(tid, 0) + 1
+                tails[tid] = ready_key
+            self.count_pending(batch, counts, fired=True)
+            self._fired_upto = K.next_key(entries[-1][0])
+            batch.put(K.META_FIRED_UPTO, self._fired_upto, store.handle[K.CF_META])
+            store.write(batch, lazy=True)
+            self._tails.update(tails)
+        return counts
+
+    def next_due_ms(self) -> int | None:
+        """When the wheel next needs the wheel thread (see :meth:`TimingWheel.next_due_ms`)."""
+        with self._lock:
+            return self._wheel.next_due_ms()
+
+    # -- wake-ups of the wheel thread ----------------------------------------------------
+
+    def kick(self) -> None:
+        """Wake the wheel thread now (the clock moved, or the broker closes)."""
+        with self._wake:
+            self._kicked = True
+            self._wake.notify()
+
+    def wake_if_before(self, due_ms: int) -> None:
+        """Wake the wheel thread if ``due_ms`` comes before the time it plans to wake at
+        (something due sooner was scheduled while it sleeps)."""
+        if due_ms < self._planned_wake:
+            self.kick()
+
+    def wait_for_work(self, wake_ms: int, max_wait_s: float) -> None:
+        """Sleep until broker time ``wake_ms`` (at most ``max_wait_s``) or a kick; for the
+        wheel thread only."""
+        self._planned_wake = wake_ms
+        with self._wake:
+            if not self._kicked:
+                delay = (wake_ms - self.now()) / 1000
+                if delay > 0:
+                    self._wake.wait(min(delay, max_wait_s))
+            self._kicked = False
+        self._planned_wake = 0
+
+    # -- closing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop listening to the clock and close the store (the wheel thread has stopped)."""
+        self._clock.unsubscribe(self.kick)
+        with self._lock:
+            self._store.close()
+
+
+__all__ = ["SEQ_BLOCK", "BrokerCore"]
