@@ -14,7 +14,8 @@ worker process per core with the ``solo`` pool (``2 x celery worker --pool=solo`
 the capacity probe measured about 1,030 tasks/s, against 620-750 for the default
 ``--pool=prefork -c 2``, whose parent process is the bottleneck, and 590 for
 ``--pool=threads -c 2``; about 1,400 since the app uses chronoq's cheaper Redis
-transport and result backend, :mod:`workers.celery.redis_transport` and :mod:`workers.celery.redis_backend`, on both paths);
+transport and result backend, :mod:`workers.celery.redis_transport` and
+:mod:`workers.celery.redis_backend`, on both paths);
 Celery's default prefetch (multiplier 4), Redis broker and result backend, and
 the two INFO lines Celery logs per task ("received", "succeeded") off, as one
 does at hundreds of tasks a second. ``--pool``,
