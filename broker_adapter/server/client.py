@@ -42,6 +42,7 @@ from broker_adapter.results import (
     TopicStats,
 )
 from broker_adapter.server import protocol as P
+from broker_adapter.server.consumer import RemoteConsumer
 from broker_adapter.server.endpoint import (
     CallbackRunner,
     Endpoint,
@@ -49,7 +50,7 @@ from broker_adapter.server.endpoint import (
     url_options,
 )
 from broker_adapter.server.fault import FaultTolerance
-from broker_adapter.server.link import RequestTimeout
+from broker_adapter.server.link import REQUEST_TIMEOUT_S, RequestTimeout
 from broker_adapter.urls import split_url
 
 log = logging.getLogger("chronoq.broker_adapter.RemoteBroker")
@@ -57,8 +58,6 @@ log.addHandler(logging.NullHandler())
 
 DEFAULT_SEND_TIMEOUT_MS = 3_000
 DEFAULT_RETRIES = 2
-#: Bound on answers to requests other than sends and long polls.
-REQUEST_TIMEOUT_S = 30.0
 _ABORT_RANK = {AbortStatus.ABORTED: 0, AbortStatus.ALREADY_DELIVERED: 1, AbortStatus.NOT_FOUND: 2}
 
 
@@ -325,8 +324,6 @@ class RemoteBroker(AdapterBase):
     def _consumer(self, group: str, names: tuple[str, ...], limits: ConsumerLimits) -> Consumer:
         """See :meth:`BrokerAdapter.consumer` (one member per endpoint; the limits
         apply per endpoint)."""
-        from broker_adapter.server.consumer import RemoteConsumer
-
         options = {
             "group": group,
             "topics": list(names),

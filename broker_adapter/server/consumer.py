@@ -29,17 +29,16 @@ from broker_adapter.checks import (
 from broker_adapter.errors import BrokerClosed, ConnectionFailed
 from broker_adapter.results import ReceivedMessage
 from broker_adapter.server import protocol as P
+from broker_adapter.server.link import REQUEST_TIMEOUT_S, Link
 
 if TYPE_CHECKING:
     from broker_adapter.server.client import RemoteBroker
     from broker_adapter.server.endpoint import Endpoint
-    from broker_adapter.server.link import Link
 
 POLL_SLICE_MS = 20_000
 MULTI_SLICE_MS = 50
 RECONNECT_MIN_S = 5.0
 BACKOFF_START_S, BACKOFF_MAX_S = 0.05, 2.0
-REQUEST_TIMEOUT_S = 30.0
 
 
 class RemoteConsumer(Consumer):

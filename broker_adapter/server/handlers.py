@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from broker_adapter.checks import check_pull_args, is_int
 from broker_adapter.errors import BrokerClosed, InvalidArgument
-from broker_adapter.message import Message
 from broker_adapter.results import ReceivedMessage
 from broker_adapter.server import protocol as P
 
@@ -26,17 +26,16 @@ if TYPE_CHECKING:
 MAX_POLL_MS = 30_000
 
 
-def arg(
-    args: dict[str, Any], name: str, kind: type | tuple[type, ...], optional: bool = False
-) -> Any:
-    """``args[name]``, checked to be of ``kind`` (``None`` allowed when ``optional``).
+def arg(args: dict[str, Any], name: str, kind: type, optional: bool = False) -> Any:
+    """``args[name]``, checked to be of ``kind`` (``None`` allowed when ``optional``; for
+    ``int``, a bool is not one).
 
     :raises ProtocolError: when missing or of another type.
     """
     value = args.get(name)
     if value is None and optional:
         return None
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+    if not (is_int(value) if kind is int else isinstance(value, kind)):
         raise P.ProtocolError(f"argument {name!r} must be {kind}, got {type(value).__name__}")
     return value
 
@@ -81,12 +80,9 @@ class Handlers:
         return P.encode_result(result)
 
     def send_batch(self, conn: Connection, args: dict[str, Any]) -> Any:
-        ms = arg(args, "ms", list)
-        for m in ms:
-            if type(m) is not list or len(m) != 9:
-                raise P.ProtocolError("a message is a list of 9 fields")
-        results = self.server.broker.send_batch([Message(*m) for m in ms])
-        self.server.metrics.sent(len(ms))
+        messages = P.decode_messages(arg(args, "ms", list))
+        results = self.server.broker.send_batch(messages)
+        self.server.metrics.sent(len(messages))
         return P.encode_results(results)
 
     def abort(self, conn: Connection, args: dict[str, Any]) -> Any:
@@ -146,10 +142,7 @@ class Handlers:
     def pull_args(self, args: dict[str, Any]) -> tuple[int, int]:
         """``(max, wait)`` of a pull, the wait capped at :data:`MAX_POLL_MS`."""
         max_messages, wait_ms = arg(args, "max", int), arg(args, "wait", int)
-        if max_messages < 1 or wait_ms < 0:
-            raise InvalidArgument(
-                f"pull needs max >= 1 and wait >= 0, got {max_messages}, {wait_ms}"
-            )
+        check_pull_args(max_messages, wait_ms)
         return max_messages, min(wait_ms, MAX_POLL_MS)
 
     def pull_now(self, conn: Connection, args: dict[str, Any]) -> Any:

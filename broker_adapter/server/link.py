@@ -39,6 +39,9 @@ Done = Callable[[Any, BaseException | None], None]
 
 #: Longest a reader waits in one receive before it looks at its deadline again.
 READ_SLICE_S = 0.02
+#: Bound on answers to requests other than sync sends (their own timeout) and long polls
+#: (their wait plus this).
+REQUEST_TIMEOUT_S = 30.0
 
 
 class RequestTimeout(ConnectionFailed):

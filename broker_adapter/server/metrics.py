@@ -11,17 +11,21 @@ and the counter ``chronoq_fired_total{topic}``. Counted as requests arrive:
 the server's wall time when a consumer received it minus its due time (so it
 includes any time it waited in ``ready`` for a consumer).
 
-``prometheus_client`` is imported only when metrics are served; without a port
-the counters are plain no-ops.
+``prometheus_client`` comes with the ``chronoq[metrics]`` extra and is imported
+only when metrics are served (a missing extra is
+:class:`~broker_adapter.errors.MissingExtra`); without a port the counters are
+plain no-ops.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from broker_adapter.errors import ChronoqError
+from broker_adapter.extras import require
 from broker_adapter.results import ReceivedMessage
 
 if TYPE_CHECKING:
@@ -45,9 +49,11 @@ class ServerMetrics:
         self._http: Any = None
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
-        """Expose ``/metrics`` on ``host:port``."""
-        import prometheus_client as pc
+        """Expose ``/metrics`` on ``host:port``.
 
+        :raises MissingExtra: without ``prometheus_client`` (``chronoq[metrics]``).
+        """
+        pc = require("prometheus_client", "metrics", "the server's metrics endpoint")
         self.registry = reg = pc.CollectorRegistry()
         self._requests = pc.Counter(
             "chronoq_requests", "Requests by operation", ["op"], registry=reg
@@ -72,7 +78,8 @@ class ServerMetrics:
         self._refused = pc.Counter(
             "chronoq_refused_connections", "Over max connections", registry=reg
         )
-        reg.register(_StatsCollector(self._server))
+        core = require("prometheus_client.core", "metrics", "the server's metrics endpoint")
+        reg.register(_StatsCollector(self._server, core))
         self._http = pc.start_http_server(port, addr=host, registry=reg)
         self._on = True
         log.info("metrics on http://%s:%d/metrics", host, port)
@@ -127,26 +134,31 @@ class ServerMetrics:
 
 
 class _StatsCollector:
-    """Gauges from ``broker.stats()`` at scrape time."""
+    """Gauges from ``broker.stats()`` at scrape time.
 
-    def __init__(self, server: BrokerServer) -> None:
+    :param server: whose broker to read.
+    :param core: ``prometheus_client.core`` (the metric families).
+    """
+
+    def __init__(self, server: BrokerServer, core: ModuleType) -> None:
         self._server = server
+        self._core = core
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
+        """The gauges and the fired counter, read now."""
+        gauge, counter = self._core.GaugeMetricFamily, self._core.CounterMetricFamily
         try:
             stats = self._server.broker.stats()
         except ChronoqError:  # closed during shutdown or reset: no gauges this scrape
             return
-        pending = GaugeMetricFamily("chronoq_pending", "Messages on the wheel", labels=["topic"])
-        fired = CounterMetricFamily("chronoq_fired", "Messages fired", labels=["topic"])
+        pending = gauge("chronoq_pending", "Messages on the wheel", labels=["topic"])
+        fired = counter("chronoq_fired", "Messages fired", labels=["topic"])
         for name, t in stats.topics.items():
             pending.add_metric([name], t.pending)
             fired.add_metric([name], t.fired_total)
-        ready = GaugeMetricFamily("chronoq_ready", "Fired, not yet pulled", labels=["group"])
-        inflight = GaugeMetricFamily("chronoq_inflight", "Pulled, not yet acked", labels=["group"])
-        dead = GaugeMetricFamily("chronoq_dead", "Dead letters", labels=["group"])
+        ready = gauge("chronoq_ready", "Fired, not yet pulled", labels=["group"])
+        inflight = gauge("chronoq_inflight", "Pulled, not yet acked", labels=["group"])
+        dead = gauge("chronoq_dead", "Dead letters", labels=["group"])
         for name, g in stats.groups.items():
             ready.add_metric([name], g.ready)
             inflight.add_metric([name], g.inflight)

@@ -56,6 +56,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from broker_adapter import errors
+from broker_adapter.checks import is_int
 from broker_adapter.errors import ChronoqError, DecodeError, InvalidArgument
 from broker_adapter.message import Message
 from broker_adapter.results import (
@@ -238,20 +239,16 @@ class FrameReader:
                 return None
 
 
-def _is_int(v: Any) -> bool:
-    return type(v) is int
-
-
 def decode_request(payload: bytes) -> Request:
     """Decode a request frame's payload.
 
     :raises ProtocolError: when it is not ``[0, rid, op, args]`` with a known op.
     """
     obj = unpack(payload)
-    if type(obj) is not list or len(obj) != 4 or obj[0] != REQUEST or not _is_int(obj[0]):
+    if type(obj) is not list or len(obj) != 4 or obj[0] != REQUEST or not is_int(obj[0]):
         raise ProtocolError("a request is [0, rid, op, args]")
     _, rid, op, args = obj
-    if not _is_int(rid) or not 0 <= rid < _MAX_RID:
+    if not is_int(rid, 0, _MAX_RID - 1):
         raise ProtocolError(f"bad request id {rid!r}")
     if type(op) is not str or op not in OPS:
         raise ProtocolError(f"unknown operation {op!r}")
@@ -270,7 +267,7 @@ def decode_response(payload: bytes) -> Response:
         type(obj) is not list
         or len(obj) != 4
         or obj[0] != RESPONSE
-        or not _is_int(obj[1])
+        or not is_int(obj[1])
         or obj[2] not in (OK, ERROR)
     ):
         raise ProtocolError("a response is [1, rid, 0|1, result]")
@@ -346,15 +343,31 @@ def encode_message(m: Message) -> list[Any]:
     ]
 
 
+def _check_message_shape(v: Any) -> None:
+    if type(v) is not list or len(v) != 9:
+        raise ProtocolError("a message is a list of 9 fields")
+
+
 def decode_message(v: Any) -> Message:
     """A :class:`Message` from its wire form (validated by ``Message`` itself).
 
     :raises ProtocolError: for a wrong shape.
     :raises InvalidMessage: for a well-formed but invalid message.
     """
-    if type(v) is not list or len(v) != 9:
-        raise ProtocolError("a message is a list of 9 fields")
+    _check_message_shape(v)
     return Message(*v)
+
+
+def decode_messages(v: list[Any]) -> list[Message]:
+    """The messages of a ``send_batch`` from their wire forms; every shape is checked
+    before any message is made.
+
+    :raises ProtocolError: for a wrong shape.
+    :raises InvalidMessage: for a well-formed but invalid message.
+    """
+    for m in v:
+        _check_message_shape(m)
+    return [Message(*m) for m in v]
 
 
 def encode_result(r: SendResult) -> list[Any]:
@@ -471,6 +484,7 @@ __all__ = [
     "check_length",
     "decode_error",
     "decode_message",
+    "decode_messages",
     "decode_received",
     "decode_request",
     "decode_response",
