@@ -27,9 +27,9 @@ from broker_adapter.base import (
     Consumer,
     retry_topic,
 )
-from broker_adapter.checks import check_positive_settings
+from broker_adapter.checks import check_int, check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
-from broker_adapter.errors import InvalidArgument, InvalidDelay
+from broker_adapter.errors import InvalidDelay
 from broker_adapter.message import Message
 from broker_adapter.redis import keys as K
 from broker_adapter.redis.acks import AckBatcher
@@ -94,15 +94,13 @@ class RedisBroker(AdapterBase):
     ) -> None:
         if shards is None:
             shards = K.DEFAULT_SHARDS if isinstance(client, redis.RedisCluster) else K.SINGLE_SHARDS
+        check_int("shards", shards, maximum=K.MAX_SHARDS)
         check_positive_settings(
-            shards=shards,
             max_body_bytes=max_body_bytes,
             max_delay_ms=max_delay_ms,
             retention_ms=retention_ms,
             fire_chunk=fire_chunk,
         )
-        if shards > K.MAX_SHARDS:
-            raise InvalidArgument(f"shards must be at most {K.MAX_SHARDS}, got {shards}")
         self.max_body_bytes = max_body_bytes
         self._max_delay_ms = max_delay_ms
         self._retention_ms = retention_ms

@@ -14,6 +14,7 @@ from redis.crc import key_slot
 from broker_adapter import open_broker
 from broker_adapter.base import DEFAULT_RETENTION_MS
 from broker_adapter.clock import ManualClock
+from broker_adapter.errors import InvalidArgument
 from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
 from broker_adapter.redis import keys as K
@@ -178,6 +179,16 @@ def test_one_instance_has_one_shard_and_a_cluster_twelve_by_default(redis_url: s
     with RedisBroker.from_url(redis_url, clock=ManualClock(START_MS)) as broker:
         assert len(broker.keyspace.bases) == K.SINGLE_SHARDS == 1
     assert K.DEFAULT_SHARDS == 12  # the cluster default: see test_cluster
+
+
+@pytest.mark.parametrize("shards", [0, K.MAX_SHARDS + 1, True, "12"])
+def test_shard_counts_outside_one_to_the_maximum_are_refused(shards: object) -> None:
+    client = redis.Redis(host="127.0.0.1", port=1)  # refused before any connection
+    try:
+        with pytest.raises(InvalidArgument, match="shards"):
+            RedisBroker(client, shards=shards)  # type: ignore[arg-type]
+    finally:
+        client.close()
 
 
 def test_url_options_choose_prefix_and_shards(redis_url: str) -> None:
