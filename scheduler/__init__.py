@@ -18,10 +18,20 @@ from scheduler.errors import (
     SchedulerError,
     UnserializableArgument,
 )
+from scheduler.executor import Executor, Handoff, JobNotStarted
+from scheduler.executor_kinds import (
+    EXECUTOR_KINDS,
+    DuplicateExecutor,
+    ExecutorKind,
+    ExecutorRegistry,
+    UnknownExecutor,
+    register_kind,
+)
 from scheduler.handles import Call, JobHandle, ScheduledJob
 from scheduler.jobcall import JobCall
 from scheduler.misfire import MisfireDecision, latest_fire_times, resolve_misfires
 from scheduler.registry import JobRegistry
+from scheduler.runners import NoAppRunner
 from scheduler.scheduler import Scheduler
 from scheduler.settings import Settings
 from scheduler.spec import (
@@ -38,11 +48,17 @@ from scheduler.triggers import CronTrigger
 logging.getLogger("chronoq.scheduler").addHandler(logging.NullHandler())
 
 __all__ = [
+    "EXECUTOR_KINDS",
     "Call",
     "CronPlanner",
     "CronSpec",
     "CronTrigger",
+    "DuplicateExecutor",
     "DuplicateJob",
+    "Executor",
+    "ExecutorKind",
+    "ExecutorRegistry",
+    "Handoff",
     "InvalidCron",
     "InvalidJobSpec",
     "InvalidSchedule",
@@ -50,20 +66,24 @@ __all__ = [
     "JobCall",
     "JobHandle",
     "JobNotFound",
+    "JobNotStarted",
     "JobRegistry",
     "JobSpec",
     "MisfireDecision",
     "MisfirePolicy",
+    "NoAppRunner",
     "RetryPolicy",
     "ScheduledJob",
     "Scheduler",
     "SchedulerError",
     "Settings",
     "TimingFields",
+    "UnknownExecutor",
     "UnserializableArgument",
     "cron_key",
     "latest_fire_times",
     "parse_cron_key",
+    "register_kind",
     "resolve_misfires",
     "resolve_timing",
 ]

@@ -21,8 +21,6 @@ so importing an app module is cheap and side-effect free.
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -31,19 +29,21 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, overload
 
 from broker_adapter.base import DEFAULT_MAX_ATTEMPTS, BrokerAdapter
+from broker_adapter.checks import is_int
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.errors import BrokerClosed
 from broker_adapter.results import MessageView
 from broker_adapter.urls import open_broker
-from scheduler.errors import InvalidJobSpec, InvalidSettings
+from scheduler.errors import InvalidSettings
+from scheduler.executor_kinds import EXECUTOR_KINDS
 from scheduler.handles import JobHandle
 from scheduler.registry import JobRegistry
+from scheduler.runners import app_runner
 from scheduler.settings import Settings
 from scheduler.spec import (
     DEFAULT_MAX_CATCH_UP,
     Coalesce,
     CronSpec,
-    Executor,
     JobSpec,
     MisfirePolicy,
     RetryPolicy,
@@ -63,26 +63,9 @@ _log = logging.getLogger("chronoq.scheduler.Scheduler")
 def _time_ms(name: str, value: datetime | int | None) -> int | None:
     if value is None or isinstance(value, datetime):
         return None if value is None else datetime_to_ms(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise TypeError(f"{name}= takes an aware datetime or epoch ms, got {value!r}")
     return value
-
-
-def _check_no_args(func: Callable[..., Any], executor: str) -> None:
-    """Fail at decoration when a cron function cannot be called with no arguments."""
-    try:
-        sig = inspect.signature(func)
-    except (TypeError, ValueError):  # builtins without a signature: trust them
-        return
-    try:
-        sig.bind(None) if executor == "spark" else sig.bind()
-    except TypeError as e:
-        needs = "the SparkSession only" if executor == "spark" else "no arguments"
-        raise InvalidJobSpec(
-            "func",
-            func,
-            f"a cron job is called with {needs}, but {e}; give the other parameters defaults",
-        ) from None
 
 
 class Scheduler:
@@ -209,7 +192,7 @@ class Scheduler:
         /,
         *,
         name: str | None = None,
-        executor: Executor = "local",
+        executor: str = "local",
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float | timedelta | None = None,
         topic: str | None = None,
@@ -223,7 +206,7 @@ class Scheduler:
         /,
         *,
         name: str | None = None,
-        executor: Executor = "local",
+        executor: str = "local",
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float | timedelta | None = None,
         topic: str | None = None,
@@ -237,11 +220,13 @@ class Scheduler:
 
         :param name: unique job name; ``module.qualname`` by default. Messages carry
             it, so renaming a job orphans its pending messages.
-        :param executor: ``"local"`` (thread pool), ``"celery"`` or ``"spark"``.
+        :param executor: a registered executor kind
+            (:data:`~scheduler.executor_kinds.EXECUTOR_KINDS`): ``"local"`` (thread
+            pool, the default), ``"celery"``, ``"spark"``, or one registered since.
         :param max_attempts: deliveries before the message goes to the dead-letter topic.
         :param timeout: seconds (or timedelta) one attempt may run.
         :param topic: the topic of its messages; by default ``settings.topic``.
-        :param queue: the Celery queue (``executor="celery"`` only).
+        :param queue: the queue, for an executor kind with queues (``"celery"``).
         :param retry: backoff between attempts; RocketMQ's schedule by default.
         :raises InvalidJobSpec: for an option that cannot work.
         :raises DuplicateJob: when another job already has the name.
@@ -275,7 +260,7 @@ class Scheduler:
         max_catch_up: int = DEFAULT_MAX_CATCH_UP,
         max_running: int = 1,
         jitter: float | timedelta | None = None,
-        executor: Executor = "local",
+        executor: str = "local",
         name: str | None = None,
         topic: str | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -322,7 +307,7 @@ class Scheduler:
 
         def decorate(fn: Callable[P, R]) -> JobHandle[P, R]:
             spec = JobSpec.for_function(fn, name, **options)
-            _check_no_args(fn, spec.executor)
+            EXECUTOR_KINDS.get(spec.executor).check_cron_function(fn)
             cron = CronSpec(spec, trigger, misfire, max_running, jitter)  # type: ignore[arg-type]
             return self._add(spec, cron)
 
@@ -371,13 +356,13 @@ class Scheduler:
         """Run a dispatcher and the cron planner on this app until SIGINT/SIGTERM
         (or until ``stop_event`` is set).
 
+        The runner is :func:`workers.runner.run_app`, registered when ``workers`` is
+        imported (:mod:`scheduler.runners`: the scheduler layer cannot import it).
+
         :param stop_event: set it to stop (for tests and embedding).
+        :raises NoAppRunner: when ``workers`` was not imported.
         """
-        # A lazy upward import: ``workers`` builds on ``scheduler`` (imports point
-        # down the layers), so importing it at module level would be a cycle, and it
-        # would make ``import scheduler`` pull in executors an app may never use.
-        runner = importlib.import_module("workers.runner")
-        runner.run_app(self, stop_event=stop_event)
+        app_runner()(self, stop_event=stop_event)
 
     def close(self) -> None:
         """Close the broker if this scheduler opened it (a broker passed in is left

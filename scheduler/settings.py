@@ -15,11 +15,12 @@ variable                        field                default
 ``CHRONOQ_PREFETCH``            ``prefetch``         ``32``
 ``CHRONOQ_PAST_TOLERANCE_MS``   ``past_tolerance_ms`` ``1000``
 ``CHRONOQ_LOG_LEVEL``           ``log_level``        ``INFO``
-``CHRONOQ_SPARK_MASTER``        ``spark_master``     unset (``local[*]`` when needed)
 ``CHRONOQ_TOKEN``               ``token``            unset (no authentication)
 ==============================  ===================  ===============================
 
-An empty variable counts as unset.
+An empty variable counts as unset. Variables ``CHRONOQ_<KIND>_*`` of a registered
+executor kind (:mod:`scheduler.executor_kinds`) belong to that kind's own settings,
+e.g. ``CHRONOQ_SPARK_MASTER`` to :mod:`spark_tasks.settings`.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from broker_adapter.checks import is_int
 from broker_adapter.errors import InvalidArgument, InvalidTopic
 from broker_adapter.message import check_topic
 from broker_adapter.urls import ADAPTERS, split_url
 from scheduler.errors import InvalidSettings
+from scheduler.executor_kinds import EXECUTOR_KINDS
 
 ENV_PREFIX = "CHRONOQ_"
 DEFAULT_BROKER_URL = "rocksdb://./chronoq-data"
@@ -70,8 +73,6 @@ class Settings:
         still run at once; further back is an error (0 to one day).
     :param log_level: ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or ``CRITICAL``
         (any case; stored upper case). Applied by the ``chronoq`` command only.
-    :param spark_master: Spark master URL for ``executor="spark"`` jobs; ``None``
-        means ``local[*]``.
     :param token: shared secret for a ``chronoq://`` broker server; never shown in ``repr``.
     :raises InvalidSettings: for any value of the wrong type or out of range.
     """
@@ -83,7 +84,6 @@ class Settings:
     prefetch: int = 32
     past_tolerance_ms: int = 1000
     log_level: str = "INFO"
-    spark_master: str | None = None
     token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -110,13 +110,14 @@ class Settings:
                 "log_level", _env_name("log_level"), level, f"use one of {', '.join(LOG_LEVELS)}"
             )
         object.__setattr__(self, "log_level", level.upper())
-        for name in ("spark_master", "token"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                shown = "<hidden>" if name == "token" else value
-                raise InvalidSettings(
-                    name, _env_name(name), shown, "must be a non-empty str, or None for unset"
-                )
+        token = self.token
+        if token is not None and (not isinstance(token, str) or not token):
+            raise InvalidSettings(
+                "token",
+                _env_name("token"),
+                "<hidden>",
+                "must be a non-empty str, or None for unset",
+            )
 
     def _check_broker_url(self) -> None:
         url = self.broker_url
@@ -148,7 +149,7 @@ class Settings:
 
     def _check_int(self, name: str, low: int, high: int) -> None:
         value = getattr(self, name)
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_int(value):
             raise InvalidSettings(name, _env_name(name), value, "must be an int")
         if not low <= value <= high:
             raise InvalidSettings(name, _env_name(name), value, f"must be between {low} and {high}")
@@ -163,7 +164,8 @@ class Settings:
         """Build settings from ``CHRONOQ_*`` variables, then apply ``overrides``.
 
         Unknown ``CHRONOQ_*`` variables are logged as a warning (with the closest
-        known name), since a typo would otherwise be silently ignored.
+        known name), since a typo would otherwise be silently ignored; those of an
+        executor kind (``CHRONOQ_<KIND>_*``) are left to the kind's settings.
 
         :param environ: the variables to read; ``os.environ`` by default.
         :param overrides: field values that win over the environment.
@@ -181,7 +183,12 @@ class Settings:
                 f"no such setting; known settings: {', '.join(names)}",
             )
         by_env = {v: k for k, v in names.items()}
-        for var in sorted(k for k in env if k.startswith(ENV_PREFIX) and k not in by_env):
+        kind_prefixes = tuple(kind.env_prefix for kind in EXECUTOR_KINDS)
+        for var in sorted(
+            k
+            for k in env
+            if k.startswith(ENV_PREFIX) and k not in by_env and not k.startswith(kind_prefixes)
+        ):
             close = difflib.get_close_matches(var, list(by_env), n=1)
             _log.warning(
                 "ignoring unknown environment variable %s%s",

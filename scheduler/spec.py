@@ -14,13 +14,13 @@ from datetime import timedelta
 from typing import Any, Literal, get_args
 
 from broker_adapter.base import DEFAULT_MAX_ATTEMPTS, retry_backoff_ms
+from broker_adapter.checks import is_int
 from broker_adapter.message import MAX_KEY_CHARS, check_topic
 from scheduler.errors import InvalidJobSpec
+from scheduler.executor_kinds import EXECUTOR_KINDS
 from scheduler.triggers import CronTrigger
 
-Executor = Literal["local", "celery", "spark"]
 Coalesce = Literal["latest", "earliest", "all"]
-EXECUTORS: tuple[str, ...] = get_args(Executor)
 COALESCE_MODES: tuple[str, ...] = get_args(Coalesce)
 #: Longest job name: it must fit in the cron key ``cron:<name>:<fire_ms>`` (512 chars).
 MAX_NAME_CHARS = 256
@@ -85,7 +85,7 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         delays = tuple(self.delays_ms)
         for d in delays:
-            if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            if not is_int(d, 0):
                 raise InvalidJobSpec("delays_ms", self.delays_ms, "each delay is an int >= 0 ms")
         object.__setattr__(self, "delays_ms", delays)
         retry_on = tuple(self.retry_on)
@@ -103,7 +103,7 @@ class RetryPolicy:
 
         :raises ValueError: for ``attempt`` < 1.
         """
-        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        if not is_int(attempt, 1):
             raise ValueError(f"attempt is counted from 1, got {attempt!r}")
         if not self.delays_ms:
             return retry_backoff_ms(attempt)
@@ -140,7 +140,7 @@ class MisfirePolicy:
                 "coalesce", self.coalesce, f"use one of {', '.join(map(repr, COALESCE_MODES))}"
             )
         n = self.max_catch_up
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not is_int(n, 1):
             raise InvalidJobSpec("max_catch_up", n, "must be an int >= 1")
 
     @property
@@ -161,12 +161,16 @@ class JobSpec:
 
     :param name: unique name, ``module.qualname`` by default (see :meth:`for_function`);
         messages carry it, so renaming a job orphans its pending messages.
-    :param func: the function; for ``executor="spark"`` it gets the SparkSession first.
-    :param executor: ``"local"`` (thread pool), ``"celery"`` or ``"spark"``.
+    :param func: the function; it gets what its executor kind passes first (the
+        SparkSession for ``executor="spark"``).
+    :param executor: the name of a registered executor kind
+        (:data:`~scheduler.executor_kinds.EXECUTOR_KINDS`): ``"local"`` (thread pool),
+        ``"celery"``, ``"spark"``, or one registered since.
     :param max_attempts: deliveries before the message goes to the dead-letter topic.
     :param timeout: seconds (or timedelta) one attempt may run; ``None`` for no limit.
     :param topic: the topic its messages go to; ``None`` for the settings' topic.
-    :param queue: the Celery queue for ``executor="celery"``; ``None`` for Celery's default.
+    :param queue: the queue, for an executor kind with queues (``executor="celery"``);
+        ``None`` for its default.
     :param retry: backoff between attempts.
     :raises InvalidJobSpec: for any option that cannot work.
     :raises InvalidTopic: for a bad ``topic`` name.
@@ -174,7 +178,7 @@ class JobSpec:
 
     name: str
     func: Callable[..., Any] = field(compare=False)
-    executor: Executor = "local"
+    executor: str = "local"
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     timeout: float | None = None
     topic: str | None = None
@@ -185,12 +189,14 @@ class JobSpec:
         check_job_name(self.name)
         if not callable(self.func):
             raise InvalidJobSpec("func", self.func, "a job wraps a callable")
-        if self.executor not in EXECUTORS:
+        kind = EXECUTOR_KINDS.find(self.executor)
+        if kind is None:
+            known = EXECUTOR_KINDS.names()
             raise InvalidJobSpec(
-                "executor", self.executor, f"use one of {', '.join(map(repr, EXECUTORS))}"
+                "executor", self.executor, f"use one of {', '.join(map(repr, known))}"
             )
         n = self.max_attempts
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_ATTEMPTS_LIMIT:
+        if not is_int(n, 1, MAX_ATTEMPTS_LIMIT):
             raise InvalidJobSpec(
                 "max_attempts", n, f"must be an int from 1 (no retry) to {MAX_ATTEMPTS_LIMIT}"
             )
@@ -200,12 +206,16 @@ class JobSpec:
             check_topic(self.topic)
         if self.queue is not None and (not isinstance(self.queue, str) or not self.queue):
             raise InvalidJobSpec("queue", self.queue, "a Celery queue name is a non-empty str")
-        if self.queue is not None and self.executor != "celery":
+        if self.queue is not None and not kind.queues:
+            with_queues = " or ".join(k.name for k in EXECUTOR_KINDS if k.queues) or "no"
             raise InvalidJobSpec(
-                "queue", self.queue, f"only celery jobs have a queue (executor={self.executor!r})"
+                "queue",
+                self.queue,
+                f"only {with_queues} jobs have a queue (executor={self.executor!r})",
             )
         if not isinstance(self.retry, RetryPolicy):
             raise InvalidJobSpec("retry", self.retry, "give a RetryPolicy")
+        kind.check_function(self.func)
 
     @classmethod
     def for_function(
@@ -253,7 +263,7 @@ class CronSpec:
         if not isinstance(self.misfire, MisfirePolicy):
             raise InvalidJobSpec("misfire", self.misfire, "give a MisfirePolicy")
         n = self.max_running
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not is_int(n, 1):
             raise InvalidJobSpec("max_running", n, "must be an int >= 1")
         if self.jitter is not None:
             object.__setattr__(self, "jitter", seconds("jitter", self.jitter, allow_zero=True))
@@ -290,10 +300,8 @@ def parse_cron_key(key: str) -> tuple[str, int] | None:
 __all__ = [
     "COALESCE_MODES",
     "CRON_KEY_PREFIX",
-    "EXECUTORS",
     "Coalesce",
     "CronSpec",
-    "Executor",
     "JobSpec",
     "MisfirePolicy",
     "RetryPolicy",

@@ -1,7 +1,8 @@
 """One shared :class:`~pyspark.sql.SparkSession` per worker process: :func:`get_spark`.
 
 The session is created on first use (never at import: ``import spark_tasks`` does
-not import pyspark) and stopped by :func:`stop_spark`, which the Spark
+not import pyspark; without the ``spark`` extra, the first use raises
+:class:`~broker_adapter.errors.MissingExtra`) and stopped by :func:`stop_spark`, which the Spark
 dispatcher calls on shutdown (and an ``atexit`` hook calls otherwise).
 
 Configuration, first match wins:
@@ -9,8 +10,9 @@ Configuration, first match wins:
 ==========================  ==============================================================
 what                        from
 ==========================  ==============================================================
-master                      ``master=`` argument, ``Settings.spark_master``
-                            (``CHRONOQ_SPARK_MASTER``), else ``local[*]``
+master                      ``master=`` argument, ``SparkSettings.master``
+                            (``CHRONOQ_SPARK_MASTER``, :mod:`spark_tasks.settings`),
+                            else ``local[*]``
 app name                    ``app_name=`` argument, else ``chronoq``
 extra ``spark.*`` conf      ``conf=`` argument, then ``SPARK_CONF`` (comma- or
                             newline-separated ``spark.key=value`` pairs), then
@@ -50,10 +52,11 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from broker_adapter.extras import require
+from spark_tasks.settings import SparkSettings
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from scheduler.settings import Settings
 
 _log = logging.getLogger("chronoq.spark_tasks.session")
 
@@ -110,7 +113,7 @@ def session_conf(
 
 
 def get_spark(
-    settings: Settings | None = None,
+    settings: SparkSettings | None = None,
     *,
     master: str | None = None,
     app_name: str | None = None,
@@ -121,11 +124,12 @@ def get_spark(
     Later calls return the same session and ignore their arguments (a session's
     master cannot change while it runs; call :func:`stop_spark` first).
 
-    :param settings: where ``spark_master`` comes from; ``Settings.from_env()`` if
+    :param settings: where the master comes from; ``SparkSettings.from_env()`` if
         neither it nor ``master`` is given.
     :param master: the Spark master URL; wins over the settings.
     :param app_name: the application name shown by Spark.
     :param conf: extra ``spark.*`` settings; win over ``SPARK_CONF``.
+    :raises MissingExtra: without pyspark (``pip install chronoq[spark]``).
     """
     global _session
     session = _session
@@ -136,17 +140,14 @@ def get_spark(
             return _session
         if master is None:
             if settings is None:
-                from scheduler.settings import Settings
-
-                settings = Settings.from_env()
-            master = settings.spark_master or DEFAULT_MASTER
+                settings = SparkSettings.from_env()
+            master = settings.master or DEFAULT_MASTER
+        sql = require("pyspark.sql", "spark", "Spark jobs and pipelines")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         if master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        from pyspark.sql import SparkSession
-
-        builder: Any = SparkSession.builder.master(master).appName(app_name or DEFAULT_APP_NAME)
+        builder: Any = sql.SparkSession.builder.master(master).appName(app_name or DEFAULT_APP_NAME)
         for key, value in session_conf(master, conf).items():
             builder = builder.config(key, value)
         _log.info("starting SparkSession (master %s)", master)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
-import importlib
 import json
 import logging
 import os
@@ -32,38 +31,24 @@ from typing import Any
 
 from broker_adapter import BrokerAdapter, Message, open_broker
 from broker_adapter.errors import ChronoqError
+from scheduler import apps
 from scheduler.jobcall import JobCall
+from scheduler.scheduler import Scheduler
 from scheduler.settings import DEFAULT_BROKER_URL
 
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
-def load_app(target: str) -> Any:
-    """The app that ``module:attr`` names (``module`` alone: its only Scheduler).
+def load_app(target: str) -> Scheduler:
+    """The app that ``module:attr`` names (``module`` alone: its only Scheduler); see
+    :func:`scheduler.apps.load_app`.
 
     :raises SystemExit: (status 2) with a message when it cannot be found.
     """
-    from scheduler.scheduler import Scheduler
-
-    module_name, _, attr = target.partition(":")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        raise SystemExit(f"chronoq run: cannot import {module_name!r}: {e}") from e
-    if attr:
-        app = getattr(module, attr, None)
-        if app is None:
-            raise SystemExit(f"chronoq run: module {module_name!r} has no {attr!r}")
-        return app
-    found = [v for v in vars(module).values() if isinstance(v, Scheduler)]
-    if len(found) != 1:
-        raise SystemExit(
-            f"chronoq run: {module_name!r} has {len(found)} Scheduler objects; "
-            f"name one, e.g. {module_name}:app"
-        )
-    return found[0]
+        return apps.load_app(target)
+    except apps.AppNotFound as e:
+        raise SystemExit(f"chronoq run: {e}") from e
 
 
 def _plain(value: Any) -> Any:
@@ -121,7 +106,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    # spark_tasks builds on workers: imported lazily, only for this command.
+    # Imported only for this command: it needs Spark.
     from spark_tasks.pipelines.delivery_report import main as report_main
 
     return report_main(args)

@@ -3,7 +3,8 @@
 A Spark job needs a JVM; only the dispatcher started with ``chronoq worker
 --executor spark module:app`` should start one. The rules:
 
-* A *dedicated* executor (:data:`DEDICATED_EXECUTORS`, today ``spark``) runs in
+* A *dedicated* executor (an executor kind declared ``dedicated`` in
+  :data:`scheduler.executor_kinds.EXECUTOR_KINDS`, today ``spark``) runs in
   its own dispatcher, whose consumer group is ``<group>.<executor>`` (see
   :func:`dedicated_group`), so it gets every message of its topics whatever the
   main dispatchers do.
@@ -24,15 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from scheduler.executor_kinds import EXECUTOR_KINDS
 from scheduler.registry import JobRegistry
-
-#: Executors that run only in their own dispatcher process (``chronoq worker --executor``).
-DEDICATED_EXECUTORS: frozenset[str] = frozenset({"spark"})
 
 
 def is_dedicated(executors: Collection[str]) -> bool:
     """Whether a dispatcher with ``executors`` is a dedicated one (only dedicated executors)."""
-    return bool(executors) and all(e in DEDICATED_EXECUTORS for e in executors)
+    return bool(executors) and all(EXECUTOR_KINDS.is_dedicated(e) for e in executors)
 
 
 def dedicated_group(group: str, executors: Collection[str]) -> str:
@@ -50,7 +49,7 @@ def topics_for(registry: JobRegistry, default_topic: str, executors: Collection[
         return sorted(mine)
     topics = {default_topic}
     for spec in registry:
-        if spec.executor in executors or spec.executor not in DEDICATED_EXECUTORS:
+        if spec.executor in executors or not EXECUTOR_KINDS.is_dedicated(spec.executor):
             topics.add(spec.topic_or(default_topic))
     return sorted(topics)
 
@@ -60,7 +59,7 @@ def skip_reason(executor: str, executors: Collection[str]) -> str | None:
     dispatcher, or ``None`` when it handles it (runs it, or fails it)."""
     if executor in executors:
         return None
-    if executor in DEDICATED_EXECUTORS:
+    if EXECUTOR_KINDS.is_dedicated(executor):
         return (
             f"a {executor!r} job: runs in the dedicated group of "
             f"`chronoq worker --executor {executor}`"
@@ -71,7 +70,6 @@ def skip_reason(executor: str, executors: Collection[str]) -> str | None:
 
 
 __all__ = [
-    "DEDICATED_EXECUTORS",
     "dedicated_group",
     "is_dedicated",
     "skip_reason",

@@ -10,6 +10,9 @@ Shutdown (SIGTERM, SIGINT, ``stop_event`` or :func:`stop_app`): stop pulling,
 let running jobs finish for up to ``drain_timeout_s``, release what still runs
 for redelivery, leave the group. A second SIGINT/SIGTERM cuts the drain short.
 Nothing is lost either way: a message is acked only after its job succeeded.
+
+Importing this module makes :func:`run_app` what ``app.run()`` calls
+(:func:`scheduler.runners.set_app_runner`): the scheduler layer cannot import it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
 
+from scheduler.runners import set_app_runner
 from workers.dispatcher import App, Dispatcher
 
 _log = logging.getLogger("chronoq.workers.Runner")
@@ -157,5 +161,7 @@ def run_app(
         _STOPS.pop(app, None)
     return dispatcher.processed
 
+
+set_app_runner(run_app)
 
 __all__ = ["on_start", "run_app", "stop_app"]

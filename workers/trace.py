@@ -6,35 +6,10 @@ message). On (``Dispatcher(app, trace=DeliveryTrace(dir))``, or ``chronoq run
 tuple to a queue; a background thread formats and writes the lines, so the
 pull loop and the job threads never wait for the disk.
 
-Files: ``<dir>/trace-<start_ms>-<n>.jsonl``, where ``<dir>`` defaults to
-``<data dir>/trace`` of a ``rocksdb://`` broker (:func:`default_trace_dir`).
+The format (file names, the schema of a line, the default directory) is
+:mod:`scheduler.trace_format`'s, shared with the delivery report that reads it.
 A file is closed and a new one opened past ``max_bytes`` (64 MiB by default);
-only the newest ``max_files`` (default 100) are kept. Lines are written whole,
-so readers may read files while they grow (at worst missing the last lines).
-
-Schema, version 1 (every line one JSON object; times are epoch ms of the
-dispatcher's clock, ``null`` when unknown)::
-
-    v              1
-    topic          the message's topic
-    job            the job name (null for an undecodable body)
-    group          the consumer group that handled it
-    msg_id         the broker message id (hex)
-    key            its business key, or null
-    attempt        which delivery this is to the group, 1 on the first
-    sent_ms        when the broker accepted the message (its born time)
-    deliver_at_ms  when this delivery was due (the retry's time for a retry)
-    fired_ms       when the pull that delivered it returned (the broker's own
-                   fire instant is not exposed; the long poll returns within
-                   about a millisecond of it while the dispatcher keeps up)
-    dispatched_ms  when it was handed to its executor (null if never)
-    started_ms     when the job body started (null if it never did)
-    finished_ms    when the message was settled
-    outcome        "ok" | "retry" | "dead" | "released" | "skipped"
-    error          the failure reason (retry, dead, released), else null
-
-Lateness, as the delivery report computes it, is ``started_ms - deliver_at_ms``
-(``dispatched_ms`` when the body never started).
+only the newest ``max_files`` (default 100) are kept.
 """
 
 from __future__ import annotations
@@ -50,12 +25,17 @@ from pathlib import Path
 from typing import TextIO
 
 from broker_adapter.results import ReceivedMessage
-from broker_adapter.urls import split_url
+from scheduler.trace_format import (
+    FIELDS,
+    FILE_GLOB,
+    TRACE_VERSION,
+    default_trace_dir,
+    trace_file_name,
+)
 
-TRACE_VERSION = 1
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_FILES = 100
-#: ``Settler`` verbs to trace outcomes.
+#: ``Settler`` verbs to trace outcomes (:data:`scheduler.trace_format.TRACE_OUTCOMES`).
 OUTCOMES = {
     "ack": "ok",
     "retry": "retry",
@@ -64,35 +44,9 @@ OUTCOMES = {
     "abandon": "released",
     "skip": "skipped",
 }
-#: The fields of a line, in order (the schema above).
-FIELDS = (
-    "v",
-    "topic",
-    "job",
-    "group",
-    "msg_id",
-    "key",
-    "attempt",
-    "sent_ms",
-    "deliver_at_ms",
-    "fired_ms",
-    "dispatched_ms",
-    "started_ms",
-    "finished_ms",
-    "outcome",
-    "error",
-)
 
 _log = logging.getLogger("chronoq.workers.DeliveryTrace")
 _dumps = json.dumps
-
-
-def default_trace_dir(broker_url: str) -> Path | None:
-    """``<data dir>/trace`` for a ``rocksdb://`` URL, else ``None`` (give a directory)."""
-    scheme, rest, _ = split_url(broker_url)
-    if scheme != "rocksdb" or not rest:
-        return None
-    return Path(rest) / "trace"
 
 
 #: Keys needing no JSON escaping (most business keys): written as they are.
@@ -226,10 +180,10 @@ class DeliveryTrace:
         if self._file is not None:
             self._file.close()
         self._n += 1
-        path = self.directory / f"trace-{self._start}-{self._n:05d}.jsonl"
+        path = self.directory / trace_file_name(self._start, self._n)
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open across writes
         self._size = 0
-        files = sorted(self.directory.glob("trace-*.jsonl"))
+        files = sorted(self.directory.glob(FILE_GLOB))
         for old in files[: max(0, len(files) - self.max_files)]:
             old.unlink(missing_ok=True)
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker_adapter.base import DEFAULT_MAX_DELAY_MS
 from broker_adapter.message import MAX_KEY_CHARS
 
 if TYPE_CHECKING:
@@ -46,8 +47,6 @@ if TYPE_CHECKING:
 
     from broker_adapter.base import BrokerAdapter
 
-#: Ten years, the embedded broker's default max delay.
-DEFAULT_MAX_DELAY_MS = 10 * 365 * 24 * 3600 * 1000
 DEFAULT_BATCH_SIZE = 2000
 COLUMNS = ("key", "job", "deliver_at", "delay_s", "args", "kwargs")
 
@@ -307,8 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     [--broker-url URL] [--master M]``: schedule the rows, print accepted/rejected."""
     import argparse
 
+    from scheduler.apps import AppNotFound, load_app
     from spark_tasks.session import get_spark, stop_spark
-    from workers.cli import load_app
 
     parser = argparse.ArgumentParser(prog="bulk_schedule", description=main.__doc__)
     parser.add_argument("target", help="module:app whose jobs the rows name")
@@ -318,8 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--master", help="Spark master (default: $CHRONOQ_SPARK_MASTER)")
     args = parser.parse_args(argv)
-    app = load_app(args.target)
-    spark = get_spark(app.settings, master=args.master)
+    try:
+        app = load_app(args.target)
+    except AppNotFound as e:
+        raise SystemExit(f"bulk_schedule: {e}") from e
+    spark = get_spark(master=args.master)
     try:
         res = bulk_schedule(
             spark,

@@ -1,4 +1,5 @@
-"""Delivery report over the delivery trace (:mod:`workers.trace`): per topic and time bucket.
+"""Delivery report over the delivery trace (:mod:`scheduler.trace_format`): per topic and
+time bucket.
 
 Columns of the report (one row per ``topic`` and ``bucket_start``; ``skipped``
 lines, i.e. jobs another group ran, are left out):
@@ -34,14 +35,21 @@ Spark job (:func:`spark_tasks.jobs.register_report_job`).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker_adapter.errors import MissingExtra
+from broker_adapter.extras import require
+from scheduler.trace_format import FILE_GLOB, default_trace_dir
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+_log = logging.getLogger("chronoq.spark_tasks.delivery_report")
 
 #: The percentiles of the report: (column suffix, fraction).
 PERCENTILES: tuple[tuple[str, float], ...] = (
@@ -50,7 +58,7 @@ PERCENTILES: tuple[tuple[str, float], ...] = (
     ("p99", 0.99),
     ("p999", 0.999),
 )
-#: The trace schema as Spark DDL (see :mod:`workers.trace`).
+#: The trace schema as Spark DDL (:data:`scheduler.trace_format.FIELDS`, with types).
 TRACE_DDL = (
     "v INT, msg_id STRING, topic STRING, job STRING, key STRING, `group` STRING, "
     "attempt INT, sent_ms BIGINT, deliver_at_ms BIGINT, fired_ms BIGINT, "
@@ -77,7 +85,7 @@ def read_trace(spark: SparkSession, path: str | Path) -> DataFrame:
     p = Path(path)
     reader = spark.read.schema(TRACE_DDL)
     if p.is_dir():
-        reader = reader.option("pathGlobFilter", "trace-*.jsonl")
+        reader = reader.option("pathGlobFilter", FILE_GLOB)
     return reader.json(str(p))
 
 
@@ -192,14 +200,16 @@ def _cell(value: Any) -> str:
 
 def render_chart(hist: Sequence[tuple[str, int, int]], path: Path) -> Path | None:
     """Draw the lateness CDF of each topic from ``(topic, lateness_ms, n)`` rows
-    (sorted by topic, lateness) into ``path``; ``None`` when matplotlib is missing."""
+    (sorted by topic, lateness) into ``path``; ``None`` without the ``report`` extra
+    (matplotlib), which is logged with its ``pip install`` line."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+        matplotlib = require("matplotlib", "report", "the delivery report's lateness chart")
+    except MissingExtra as e:
+        _log.warning("no lateness chart: %s", e)
         return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     by_topic: dict[str, tuple[list[float], list[int]]] = {}
     for topic, late, n in hist:
         xs, ns = by_topic.setdefault(topic, ([], []))
@@ -260,7 +270,6 @@ def main(args: Any) -> int:
     import sys
 
     from spark_tasks.session import get_spark, stop_spark
-    from workers.trace import default_trace_dir
 
     trace = args.trace or default_trace_dir(args.url)
     if trace is None or not Path(trace).exists():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -14,6 +13,7 @@ from broker_adapter.clock import ManualClock, SystemClock
 from broker_adapter.errors import BrokerClosed
 from scheduler import JobHandle, Scheduler, Settings
 from scheduler.errors import DuplicateJob, InvalidJobSpec, InvalidSettings, JobNotFound
+from scheduler.runners import app_runner, set_app_runner
 from scheduler.spec import RetryPolicy
 
 
@@ -152,7 +152,7 @@ def test_job_decoration_errors(app: Scheduler) -> None:
         def second() -> None: ...
 
     with pytest.raises(InvalidJobSpec):
-        app.job(executor="gpu")(first)  # type: ignore[call-overload]
+        app.job(executor="gpu")(first)
     with pytest.raises(InvalidJobSpec):
         app.job(max_attempts=0)(first)
     with pytest.raises(TypeError, match="by keyword"):
@@ -171,15 +171,50 @@ def test_topics_are_the_default_plus_what_jobs_name(app: Scheduler) -> None:
     assert app.topics() == {"chronoq.jobs", "billing", "nightly"}
 
 
-def test_run_lazily_hands_the_app_to_the_workers_runner(
-    app: Scheduler, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_run_hands_the_app_to_the_registered_runner(app: Scheduler) -> None:
     calls: list[tuple[object, object]] = []
-    fake = SimpleNamespace(run_app=lambda a, *, stop_event=None: calls.append((a, stop_event)))
-    monkeypatch.setitem(sys.modules, "workers.runner", fake)
-    stop = threading.Event()
-    app.run(stop_event=stop)
+
+    def fake(a: Scheduler, /, *, stop_event: threading.Event | None = None) -> None:
+        calls.append((a, stop_event))
+
+    previous = set_app_runner(fake)
+    try:
+        stop = threading.Event()
+        app.run(stop_event=stop)
+    finally:
+        set_app_runner(previous)
     assert calls == [(app, stop)]
+
+
+def test_importing_workers_registers_its_runner() -> None:
+    import workers
+
+    assert app_runner() is workers.run_app
+
+
+def test_run_without_workers_says_what_to_do(tmp_path: Path) -> None:
+    import subprocess
+
+    code = (
+        "import sys, scheduler\n"
+        "app = scheduler.Scheduler(sys.argv[1])\n"
+        "try:\n"
+        "    app.run()\n"
+        "except scheduler.NoAppRunner as e:\n"
+        "    print(type(e).__name__, e)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'workers'))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, f"rocksdb://{tmp_path / 'data'}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    first, second = out.stdout.splitlines()
+    assert first.startswith("NoAppRunner ") and "import workers" in first
+    assert "chronoq run module:app" in first
+    assert second == "[]"
 
 
 def test_importing_scheduler_imports_no_workers_celery_or_spark() -> None:

@@ -18,7 +18,7 @@ def test_defaults_are_safe_and_documented() -> None:
     assert s.broker_url == DEFAULT_BROKER_URL == "rocksdb://./chronoq-data"
     assert (s.topic, s.group) == ("chronoq.jobs", "chronoq.workers")
     assert (s.max_workers, s.prefetch, s.past_tolerance_ms) == (8, 32, 1000)
-    assert (s.log_level, s.spark_master, s.token) == ("INFO", None, None)
+    assert (s.log_level, s.token) == ("INFO", None)
 
 
 def test_every_variable_is_read() -> None:
@@ -30,7 +30,6 @@ def test_every_variable_is_read() -> None:
         "CHRONOQ_PREFETCH": " 64 ",
         "CHRONOQ_PAST_TOLERANCE_MS": "5000",
         "CHRONOQ_LOG_LEVEL": "debug",
-        "CHRONOQ_SPARK_MASTER": "local[2]",
         "CHRONOQ_TOKEN": "s3cret",
         "UNRELATED": "ignored",
     }
@@ -38,7 +37,7 @@ def test_every_variable_is_read() -> None:
     assert s.broker_url == "chronoq://127.0.0.1:7420"
     assert (s.topic, s.group) == ("shop.jobs", "shop-workers")
     assert (s.max_workers, s.prefetch, s.past_tolerance_ms) == (16, 64, 5000)
-    assert (s.log_level, s.spark_master, s.token) == ("DEBUG", "local[2]", "s3cret")
+    assert (s.log_level, s.token) == ("DEBUG", "s3cret")
     assert set(Settings.env_names().values()) == {k for k in env if k.startswith("CHRONOQ_")}
 
 
@@ -67,6 +66,19 @@ def test_unknown_variable_is_logged_with_suggestion(caplog: pytest.LogCaptureFix
         Settings.from_env({"CHRONOQ_MAX_WORKER": "3"})
     assert "CHRONOQ_MAX_WORKER" in caplog.text and "CHRONOQ_MAX_WORKERS" in caplog.text
     assert caplog.records[0].name == "chronoq.scheduler.Settings"
+
+
+def test_variables_of_an_executor_kind_are_left_to_its_settings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given the spark kind's variable (spark_tasks.settings reads it) and a typo
+    env = {"CHRONOQ_SPARK_MASTER": "local[2]", "CHRONOQ_SPARK_MASTR": "x", "CHRONOQ_TOPC": "a"}
+    with caplog.at_level(logging.WARNING, logger="chronoq.scheduler.Settings"):
+        s = Settings.from_env(env)
+    # Then the scheduler's settings neither read nor warn about CHRONOQ_SPARK_*
+    assert s == Settings()
+    assert "CHRONOQ_TOPC" in caplog.text and "CHRONOQ_SPARK" not in caplog.text
+    assert "spark_master" not in Settings.env_names()
 
 
 def test_token_is_not_in_repr() -> None:
@@ -120,7 +132,6 @@ def test_bad_variables(env: dict[str, str], field: str, fragment: str) -> None:
         ({"broker_url": None}, "broker_url"),
         ({"topic": 5}, "topic"),
         ({"log_level": None}, "log_level"),
-        ({"spark_master": ""}, "spark_master"),
         ({"token": 123}, "token"),
     ],
 )

@@ -1,14 +1,20 @@
-"""Executors by name, for ``chronoq worker --executor NAME`` (and the trace option).
+"""Executors by name, built from the registry of executor kinds
+(:data:`scheduler.executor_kinds.EXECUTOR_KINDS`): a dispatcher's defaults, the
+``--executor NAME`` of ``chronoq worker``, and the ``--trace`` option.
 
-Executors are imported only when named, so a Spark worker never imports Celery
-and a local one never imports pyspark.
+Importing this module imports its package :mod:`workers.executors` first, and with
+it the modules of the built-in executors, which provide their kinds' factories; each executor imports its third-party
+library only when built, so a Spark worker never imports Celery and a local one
+never imports pyspark.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from scheduler.executor_kinds import EXECUTOR_KINDS
+from scheduler.trace_format import default_trace_dir
 from workers.executors.base import Executor
 from workers.runs import App
 
@@ -16,27 +22,16 @@ if TYPE_CHECKING:
     from workers.trace import DeliveryTrace
 
 
-def _local(app: App) -> Executor:
-    from workers.executors.local import LocalExecutor
-
-    return LocalExecutor(app.settings.max_workers)
-
-
-def _spark(app: App) -> Executor:
-    from workers.executors.spark import SparkExecutor
-
-    executor = SparkExecutor(app)
-    executor.warm_up()
-    return executor
-
-
-#: Executor name -> factory taking the app.
-FACTORIES: dict[str, Callable[[App], Executor]] = {"local": _local, "spark": _spark}
+def default_executors(app: App) -> dict[str, Executor]:
+    """The executors of a dispatcher built without ``executors=``: one of each kind
+    that is not dedicated and has a factory (``local``), then those registered for
+    ``app`` (:func:`~workers.executors.base.register_executor`, e.g. ``celery``)."""
+    return {name: make() for name, make in EXECUTOR_KINDS.default_factories(app).items()}
 
 
 def build_executors(app: App, names: Sequence[str]) -> dict[str, Executor]:
-    """One executor per name (duplicates ignored): ``local``, ``spark``, or one the app
-    registered (:func:`workers.executors.base.register_executor`).
+    """One executor per name (duplicates ignored): the app's own registration of the
+    name, else its kind's factory.
 
     :raises SystemExit: (status 2) for a name without a factory here.
     """
@@ -44,17 +39,11 @@ def build_executors(app: App, names: Sequence[str]) -> dict[str, Executor]:
     for name in names:
         if name in out:
             continue
-        factory = FACTORIES.get(name)
-        if factory is not None:
-            out[name] = factory(app)
-            continue
-        from workers.executors.base import registered_executors
-
-        registered = registered_executors(app)  # e.g. "celery", registered by the app
-        if name not in registered:
-            known = sorted(set(FACTORIES) | set(registered))
+        make = EXECUTOR_KINDS.factory_for(app, name)
+        if make is None:
+            known = [n for n in EXECUTOR_KINDS.names() if EXECUTOR_KINDS.factory_for(app, n)]
             raise SystemExit(f"chronoq worker: no executor {name!r}; use one of {', '.join(known)}")
-        out[name] = registered[name]
+        out[name] = make()
     return out
 
 
@@ -66,7 +55,7 @@ def open_trace(app: App, directory: str | None) -> DeliveryTrace | None:
     """
     if directory is None:
         return None
-    from workers.trace import DeliveryTrace, default_trace_dir
+    from workers.trace import DeliveryTrace
 
     path = directory or default_trace_dir(app.settings.broker_url)
     if path is None:
@@ -74,4 +63,4 @@ def open_trace(app: App, directory: str | None) -> DeliveryTrace | None:
     return DeliveryTrace(path)
 
 
-__all__ = ["FACTORIES", "build_executors", "open_trace"]
+__all__ = ["build_executors", "default_executors", "open_trace"]

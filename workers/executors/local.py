@@ -1,17 +1,25 @@
-"""LocalExecutor: jobs on a bounded thread pool in this process."""
+"""LocalExecutor: jobs on a bounded thread pool in this process (``executor="local"``).
+
+Importing this module provides the ``local`` kind's factory
+(:data:`scheduler.executor_kinds.EXECUTOR_KINDS`): every default dispatcher has one.
+"""
 
 from __future__ import annotations
 
 import contextvars
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from broker_adapter.errors import InvalidArgument
+from broker_adapter.checks import check_int
 from broker_adapter.results import ReceivedMessage
+from scheduler.executor_kinds import EXECUTOR_KINDS
 from scheduler.jobcall import JobCall
 from scheduler.spec import JobSpec
 from workers.context import run_job
+
+if TYPE_CHECKING:
+    from workers.runs import App
 
 _log = logging.getLogger("chronoq.workers.LocalExecutor")
 
@@ -29,10 +37,13 @@ class LocalExecutor:
     """
 
     def __init__(self, max_workers: int = 8, *, thread_name_prefix: str = "chronoq-job") -> None:
-        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
-            raise InvalidArgument(f"max_workers must be an int >= 1, got {max_workers!r}")
-        self.max_workers = max_workers
+        self.max_workers = check_int("max_workers", max_workers)
         self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix=thread_name_prefix)
+
+    @classmethod
+    def for_app(cls, app: App) -> LocalExecutor:
+        """The ``local`` kind's factory: ``Settings.max_workers`` threads."""
+        return cls(app.settings.max_workers)
 
     def submit(self, spec: JobSpec, call: JobCall, message: ReceivedMessage) -> Future[Any]:
         """See :meth:`workers.executors.base.Executor.submit`."""
@@ -46,5 +57,7 @@ class LocalExecutor:
     def __repr__(self) -> str:
         return f"<LocalExecutor max_workers={self.max_workers}>"
 
+
+EXECUTOR_KINDS.provide("local", LocalExecutor.for_app)
 
 __all__ = ["LocalExecutor"]

@@ -6,10 +6,11 @@
     def nightly(spark: SparkSession, day: str) -> None:
         spark.read.parquet(f"/data/orders/{day}").groupBy("shop").count().write...
 
-The function gets the session (:func:`spark_tasks.session.get_spark`) first. Only
-the dispatcher of ``chronoq worker --executor spark module:app`` has this
-executor (see :mod:`workers.routing`), so only that process starts a JVM, and
-only when the first Spark job runs.
+The function gets the session (:func:`spark_tasks.session.get_spark`) first. The
+``spark`` kind is dedicated (:data:`scheduler.executor_kinds.EXECUTOR_KINDS`):
+only the dispatcher of ``chronoq worker --executor spark module:app`` has this
+executor (see :mod:`workers.routing`), so only that process starts a JVM.
+Importing this module provides the kind's factory (:meth:`SparkExecutor.for_app`).
 
 Each run sets the Spark *job group* of its thread to the message id, with the
 description ``chronoq <job> msg=<id> attempt=<n>`` (Spark's UI and logs show
@@ -42,8 +43,10 @@ from typing import TYPE_CHECKING, Any
 from broker_adapter.errors import ChronoqError
 from broker_adapter.message import Message
 from broker_adapter.results import AbortResult, AbortStatus, ReceivedMessage
+from scheduler.executor_kinds import EXECUTOR_KINDS
 from scheduler.jobcall import JobCall
 from scheduler.spec import JobSpec
+from spark_tasks.settings import SparkSettings
 from workers.context import JobContext, find_current_job, run_job
 
 if TYPE_CHECKING:
@@ -92,7 +95,10 @@ class SparkExecutor:
 
     :param app: the app; needed to watch abort notices (``None``: no watching).
     :param session: returns the SparkSession; by default
-        :func:`spark_tasks.session.get_spark` with ``app.settings``.
+        :func:`spark_tasks.session.get_spark` with ``settings``.
+    :param settings: where the Spark master comes from; by default
+        :meth:`SparkSettings.from_env <spark_tasks.settings.SparkSettings.from_env>`
+        (``CHRONOQ_SPARK_MASTER``).
     :param max_concurrent: Spark jobs run at once (threads submitting to the session).
     :param stop_session: stop the shared session on :meth:`shutdown`.
     :param watch_interval_s: how often cancel events and abort notices are checked.
@@ -103,6 +109,7 @@ class SparkExecutor:
         app: App | None = None,
         *,
         session: Callable[[], Any] | None = None,
+        settings: SparkSettings | None = None,
         max_concurrent: int = 2,
         stop_session: bool = True,
         watch_interval_s: float = 0.1,
@@ -110,6 +117,7 @@ class SparkExecutor:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent!r}")
         self.app = app
+        self.settings = settings
         self._session = session or self._default_session
         self._pool = ThreadPoolExecutor(max_concurrent, thread_name_prefix="chronoq-spark")
         self._stop_session = stop_session
@@ -122,6 +130,14 @@ class SparkExecutor:
         self.late_aborts: list[tuple[str, str]] = []
         #: Job groups cancelled after a timeout or shutdown.
         self.cancelled_groups: list[str] = []
+
+    @classmethod
+    def for_app(cls, app: App) -> SparkExecutor:
+        """The ``spark`` kind's factory: an executor watching ``app``'s abort notices,
+        its session already starting (:meth:`warm_up`)."""
+        executor = cls(app)
+        executor.warm_up()
+        return executor
 
     def warm_up(self) -> threading.Thread:
         """Start the session on a background thread now, so the JVM's start (~5 s)
@@ -140,7 +156,7 @@ class SparkExecutor:
     def _default_session(self) -> Any:
         from spark_tasks.session import get_spark
 
-        return get_spark(None if self.app is None else self.app.settings)
+        return get_spark(self.settings)
 
     # -- the Executor protocol ---------------------------------------------------------
 
@@ -270,5 +286,7 @@ class SparkExecutor:
     def __repr__(self) -> str:
         return f"<SparkExecutor running={len(self._running)}>"
 
+
+EXECUTOR_KINDS.provide("spark", SparkExecutor.for_app)
 
 __all__ = ["ABORT_TOPIC", "SparkExecutor", "abort_run"]
