@@ -72,8 +72,7 @@ class RemoteConsumer(Consumer):
     def _check(self) -> None:
         if self.closed:
             raise BrokerClosed(f"consumer of group {self.group!r} is closed")
-        if self._broker.closed:
-            raise BrokerClosed("the RemoteBroker of this consumer is closed")
+        self._broker.check_open()
 
     def _member(self, ep: Endpoint) -> tuple[Link, int]:
         """The live link to ``ep`` and this consumer's id there (opened on demand)."""
