@@ -41,7 +41,7 @@ from broker_adapter.results import (
     SendResult,
     TopicStats,
 )
-from broker_adapter.server import protocol as P
+from broker_adapter.server import values as V
 from broker_adapter.server.consumer import RemoteConsumer
 from broker_adapter.server.endpoint import (
     CallbackRunner,
@@ -174,15 +174,15 @@ class RemoteBroker(AdapterBase):
 
     def _send_one(self, message: Message) -> SendResult:
         """See :meth:`BrokerAdapter.send` (a ``send`` request)."""
-        ep, r = self._send_sync((message,), "send", {"m": P.encode_message(message)})
-        result = P.decode_result(r)
+        ep, r = self._send_sync((message,), "send", {"m": V.encode_message(message)})
+        result = V.decode_result(r)
         return result._replace(msg_id=self.tag(ep, result.msg_id)) if self.multi else result
 
     def _send_checked(self, messages: Sequence[Message]) -> list[SendResult]:
         """See :meth:`BrokerAdapter.send_batch` (one endpoint, one round trip)."""
-        encode = P.encode_message
+        encode = V.encode_message
         ep, rs = self._send_sync(messages, "send_batch", {"ms": [encode(m) for m in messages]})
-        return P.decode_results(rs, f"{ep.node}:" if self.multi else "")
+        return V.decode_results(rs, f"{ep.node}:" if self.multi else "")
 
     def _submit_send(
         self, message: Message, done: Callable[[Endpoint | None, Any, BaseException | None], None]
@@ -204,7 +204,7 @@ class RemoteBroker(AdapterBase):
             raise MessageTooLarge(message.size(), link.max_body)
         self._callbacks.begin()
         try:
-            link.submit("send", {"m": P.encode_message(message)}, lambda r, e: done(ep, r, e))
+            link.submit("send", {"m": V.encode_message(message)}, lambda r, e: done(ep, r, e))
         except ConnectionFailed as e:
             ep.drop()
             done(None, None, e)
@@ -224,7 +224,7 @@ class RemoteBroker(AdapterBase):
         def done(ep: Endpoint | None, r: Any, error: BaseException | None) -> None:
             result = None
             if error is None and ep is not None:
-                result = P.decode_result(r)
+                result = V.decode_result(r)
                 if self.multi:
                     result = result._replace(msg_id=self.tag(ep, result.msg_id))
             self._callbacks.run(callback, result, error)
@@ -287,7 +287,7 @@ class RemoteBroker(AdapterBase):
         for ep, raw in self._route(msg_id):
             v = self._call(ep, "query", {"id": raw})
             if v is not None:
-                return dataclasses.replace(P.decode_view(v), msg_id=msg_id)
+                return dataclasses.replace(V.decode_view(v), msg_id=msg_id)
         return None
 
     def _pending(
@@ -300,7 +300,7 @@ class RemoteBroker(AdapterBase):
                 ep, "pending", {"topic": topic, "start": start_ms, "end": end_ms, "limit": limit}
             )
             prefix = f"{ep.node}:" if self.multi else ""
-            views.extend(P.decode_view(v, prefix) for v in got)
+            views.extend(V.decode_view(v, prefix) for v in got)
         if self.multi:
             views.sort(key=lambda v: v.deliver_at_ms)
         return views[:limit]

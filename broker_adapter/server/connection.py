@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from broker_adapter.base import Consumer
 from broker_adapter.errors import AuthenticationFailed, BrokerClosed, ChronoqError
 from broker_adapter.server import protocol as P
+from broker_adapter.server import values as V
 from broker_adapter.server.handlers import Handlers, arg
 
 if TYPE_CHECKING:
@@ -198,7 +199,7 @@ class Connection:
         valid (else one by one, so one bad message fails only its own send)."""
         if len(reqs) > 1:
             try:
-                messages = [P.decode_message(arg(r.args, "m", list)) for r in reqs]
+                messages = [V.decode_message(arg(r.args, "m", list)) for r in reqs]
                 results = self.server.broker.send_batch(messages)
             except P.ProtocolError:
                 raise
@@ -209,7 +210,7 @@ class Connection:
                 metrics.sent(len(reqs))
                 for _ in reqs:
                     metrics.request("send")
-                encode = P.encode_result
+                encode = V.encode_result
                 return [
                     P.response(r.rid, encode(res)) for r, res in zip(reqs, results, strict=True)
                 ]

@@ -29,6 +29,7 @@ from broker_adapter.checks import (
 from broker_adapter.errors import BrokerClosed, ConnectionFailed
 from broker_adapter.results import ReceivedMessage
 from broker_adapter.server import protocol as P
+from broker_adapter.server import values as V
 from broker_adapter.server.link import REQUEST_TIMEOUT_S, Link
 
 if TYPE_CHECKING:
@@ -172,7 +173,7 @@ class RemoteConsumer(Consumer):
         )
         prefix = bytes((ep.index,))
         id_prefix = f"{ep.node}:" if self._broker.multi else ""
-        decode = P.decode_received
+        decode = V.decode_received
         return [decode(r, prefix, id_prefix) for r in rows]
 
     def _endpoint_of(self, receipt: object) -> int | None:

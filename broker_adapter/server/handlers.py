@@ -16,6 +16,7 @@ from broker_adapter.checks import check_pull_args, is_int
 from broker_adapter.errors import BrokerClosed, InvalidArgument
 from broker_adapter.results import ReceivedMessage
 from broker_adapter.server import protocol as P
+from broker_adapter.server import values as V
 
 if TYPE_CHECKING:
     from broker_adapter.base import Consumer
@@ -75,15 +76,15 @@ class Handlers:
     # -- producer side -----------------------------------------------------------------------
 
     def send(self, conn: Connection, args: dict[str, Any]) -> Any:
-        result = self.server.broker.send(P.decode_message(arg(args, "m", list)))
+        result = self.server.broker.send(V.decode_message(arg(args, "m", list)))
         self.server.metrics.sent(1)
-        return P.encode_result(result)
+        return V.encode_result(result)
 
     def send_batch(self, conn: Connection, args: dict[str, Any]) -> Any:
-        messages = P.decode_messages(arg(args, "ms", list))
+        messages = V.decode_messages(arg(args, "ms", list))
         results = self.server.broker.send_batch(messages)
         self.server.metrics.sent(len(messages))
-        return P.encode_results(results)
+        return V.encode_results(results)
 
     def abort(self, conn: Connection, args: dict[str, Any]) -> Any:
         result = self.server.broker.abort(
@@ -96,7 +97,7 @@ class Handlers:
 
     def query(self, conn: Connection, args: dict[str, Any]) -> Any:
         view = self.server.broker.query(arg(args, "id", str))
-        return None if view is None else P.encode_view(view)
+        return None if view is None else V.encode_view(view)
 
     def pending(self, conn: Connection, args: dict[str, Any]) -> Any:
         views = self.server.broker.pending(
@@ -105,7 +106,7 @@ class Handlers:
             arg(args, "end", int, True),
             arg(args, "limit", int),
         )
-        return [P.encode_view(v) for v in views]
+        return [V.encode_view(v) for v in views]
 
     def stats(self, conn: Connection, args: dict[str, Any]) -> Any:
         s = self.server.broker.stats()
@@ -156,7 +157,7 @@ class Handlers:
         got = consumer.pull(max_messages, wait_ms)
         if got:
             self.server.metrics.pulled(got, time.time() * 1000)
-        encode = P.encode_received
+        encode = V.encode_received
         return [encode(m) for m in got]
 
     def ack(self, conn: Connection, args: dict[str, Any]) -> Any:

@@ -13,6 +13,7 @@ from broker_adapter import open_broker
 from broker_adapter.errors import AuthenticationFailed, ConnectionFailed, InvalidArgument
 from broker_adapter.message import Message
 from broker_adapter.server import protocol as P
+from broker_adapter.server import values as V
 from broker_adapter.server.client import RemoteBroker
 from broker_adapter.server.server import BrokerServer, is_loopback
 from tests.server.conftest import TOKEN
@@ -42,7 +43,7 @@ def test_requests_pipelined_behind_a_wrong_hello_are_not_executed(
     server: ServerProcess,
 ) -> None:
     """Wrong token: the server answers AuthenticationFailed, closes, and runs nothing else."""
-    msg = P.encode_message(Message("sneaky", b"x"))
+    msg = V.encode_message(Message("sneaky", b"x"))
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
         s.sendall(
             P.request(0, "hello", {"v": 1, "token": "wrong"})
@@ -62,7 +63,7 @@ def test_requests_pipelined_behind_a_wrong_hello_are_not_executed(
 
 def test_requests_before_hello_close_the_connection(server: ServerProcess) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
-        s.sendall(P.request(1, "send", {"m": P.encode_message(Message("early", b"x"))}))
+        s.sendall(P.request(1, "send", {"m": V.encode_message(Message("early", b"x"))}))
         assert s.recv(65536) == b""
     assert "early" not in _topics(server)
 

@@ -19,6 +19,7 @@ from broker_adapter.results import (
     SendStatus,
 )
 from broker_adapter.server import protocol as P
+from broker_adapter.server import values as V
 
 msgpack_values = st.recursive(
     st.none()
@@ -111,7 +112,7 @@ def test_values_msgpack_cannot_carry_are_invalid_arguments() -> None:
     from broker_adapter.errors import InvalidArgument
 
     with pytest.raises(InvalidArgument):
-        P.request(1, "send", {"m": P.encode_message(Message("t", delay_ms=2**70))})
+        P.request(1, "send", {"m": V.encode_message(Message("t", delay_ms=2**70))})
 
 
 def test_non_str_map_keys_are_a_protocol_error() -> None:
@@ -142,19 +143,19 @@ def test_messages_round_trip(
     topic: str, body: bytes, key: str | None, props: dict[str, str] | None, delay: int | None
 ) -> None:
     m = Message(topic, body, key=key, tags="t", properties=props, delay_ms=delay)
-    wire = msgpack.unpackb(msgpack.packb(P.encode_message(m)))
-    assert P.decode_message(wire) == m
+    wire = msgpack.unpackb(msgpack.packb(V.encode_message(m)))
+    assert V.decode_message(wire) == m
 
 
 def test_results_views_and_received_messages_round_trip() -> None:
     r = SendResult(SendStatus.DUPLICATE, "abc", 5)
-    assert P.decode_result(P.encode_result(r)) == r
+    assert V.decode_result(V.encode_result(r)) == r
     v = MessageView(
         "id", "t", MessageState.DEAD, 1, 2, 3, "k", "tg", 4, {"g": MessageState.DEAD}, "why"
     )
-    assert P.decode_view(msgpack.unpackb(msgpack.packb(P.encode_view(v)))) == v
+    assert V.decode_view(msgpack.unpackb(msgpack.packb(V.encode_view(v)))) == v
     rm = ReceivedMessage("id", "t", b"b", 1, 2, 3, b"r", "k", None, {"a": "b"})
-    got = P.decode_received(msgpack.unpackb(msgpack.packb(P.encode_received(rm))), b"\x07", "n:")
+    got = V.decode_received(msgpack.unpackb(msgpack.packb(V.encode_received(rm))), b"\x07", "n:")
     assert got.receipt == b"\x07r" and got.msg_id == "n:id"
     assert dict(got.properties) == {"a": "b"} and got.body == b"b"
 

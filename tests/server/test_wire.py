@@ -10,6 +10,7 @@ import pytest
 from broker_adapter.errors import InvalidArgument, InvalidTopic
 from broker_adapter.message import Message
 from broker_adapter.server import protocol as P
+from broker_adapter.server import values as V
 from broker_adapter.server.client import RemoteBroker
 from tests.server.serverproc import ServerProcess
 
@@ -19,7 +20,7 @@ def test_a_batch_request_runs_each_member_and_answers_each(
 ) -> None:
     link = manual_server.link()
     try:
-        good = P.encode_message(Message("b", b"x", delay_ms=1_000))
+        good = V.encode_message(Message("b", b"x", delay_ms=1_000))
         bad = ["", b"x", None, None, None, None, None, None, None]
         answers = link.call(
             "batch", {"reqs": [["send", {"m": good}], ["send", {"m": bad}], ["stats", {}]]}, 30
@@ -27,7 +28,7 @@ def test_a_batch_request_runs_each_member_and_answers_each(
     finally:
         link.close()
     assert [a[0] for a in answers] == [P.OK, P.ERROR, P.OK]
-    assert P.decode_result(answers[0][1]).status.value == "OK"
+    assert V.decode_result(answers[0][1]).status.value == "OK"
     assert isinstance(P.decode_error(answers[1][1]), InvalidTopic)
     assert answers[2][1]["topics"]["b"][0] == 1  # one pending: the bad one stored nothing
 
@@ -48,12 +49,12 @@ def test_pipelined_requests_are_all_answered_by_id(manual_server: ServerProcess)
 
     try:
         for i in range(n):
-            m = P.encode_message(Message("pipe", b"%d" % i, delay_ms=1_000 + i))
+            m = V.encode_message(Message("pipe", b"%d" % i, delay_ms=1_000 + i))
             link.submit("send", {"m": m}, answer(i))
         assert done.wait(30)
     finally:
         link.close()
-    dues = [P.decode_result(results[i][0]).deliver_at_ms for i in range(n)]
+    dues = [V.decode_result(results[i][0]).deliver_at_ms for i in range(n)]
     assert dues == [dues[0] + i for i in range(n)]  # each answer matched its own request
     with RemoteBroker.from_url(manual_server.url) as b:
         assert b.stats().topics["pipe"].pending == n
