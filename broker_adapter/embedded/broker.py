@@ -91,6 +91,9 @@ class EmbeddedBroker(AdapterBase):
             path, clock or SystemClock(), durability=durability, window_ms=window_ms
         )
         self.path = core.store.path
+        # The key index as the send path uses it (handle for writes, family for reads);
+        # dropped on close, as it keeps the DB open.
+        self._key_index: tuple[Any, ...] = (core.store.handle[K.CF_KEYS], core.store.cf[K.CF_KEYS])
         self.max_body_bytes = max_body_bytes
         self.max_delay_ms = max_delay_ms
         self.retention_ms = retention_ms
@@ -143,14 +146,13 @@ class EmbeddedBroker(AdapterBase):
         props_of = {i: m.properties_bytes() for i, m in enumerate(messages) if m.properties}
         core = self._core
         store = core.store
-        h_wheel, h_keys = store.handle[K.CF_WHEEL], store.handle[K.CF_KEYS]
-        keys_cf = store.cf[K.CF_KEYS]
         pack_wheel = K.wheel_key
         known_tid, topic_id = core.topic_ids.get, core.topic_id
         prefix = core.prefixes
         results: list[SendResult] = []
         with core.lock:
             self.check_open()  # closed while waiting for the lock
+            h_keys, keys_cf = self._key_index
             now = core.now()
             dues = [m.deliver_at(now) for m in messages]
             limit = min(now + self.max_delay_ms, K.MAX_TIME_MS)
@@ -165,7 +167,6 @@ class EmbeddedBroker(AdapterBase):
             batch = store.batch()
             entries = []
             batch_keys: dict[bytes, SendResult] = {}
-            counts: dict[int, int] = {}
             for i, m in enumerate(messages):
                 tid, due = tids[i], dues[i]
                 wkey = pack_wheel(due, seq)
@@ -199,15 +200,12 @@ class EmbeddedBroker(AdapterBase):
                     props_of.get(i, b""),
                     m.body,
                 )
-                batch.put(wkey, record, h_wheel)
                 entries.append((wkey, tid, record))
-                counts[tid] = counts.get(tid, 0) + 1
                 result = SendResult(_OK, raw.hex(), due)
                 if keyb:
                     batch_keys[index] = result
                 results.append(result)
-            core.count_pending(batch, counts)
-            core.write(batch, entries)
+            core.write_pending(batch, entries)
         if entries:
             core.wake_if_before(min(dues))
         return results
@@ -299,4 +297,5 @@ class EmbeddedBroker(AdapterBase):
         self._groups.notify()  # waiting pulls answer BrokerClosed
         self._wheel_thread.stop()
         self._groups.close()
+        self._key_index = ()
         self._core.close()

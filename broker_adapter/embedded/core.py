@@ -22,14 +22,18 @@ A thread may skip levels but never goes up. The core keeps its half of the rule
 by construction: it imports nothing of the groups and calls out to nobody while
 holding its lock (:meth:`BrokerCore.fire_due` returns what fired instead of telling
 the groups). Its methods that change state take the (reentrant) lock themselves,
-so a caller holds :attr:`BrokerCore.lock` only to make several calls one atomic step.
+so a caller holds :attr:`BrokerCore.lock` only to make several calls one atomic
+step, except the three of the send path, :meth:`~BrokerCore.take_seqs`,
+:meth:`~BrokerCore.next_seq` and :meth:`~BrokerCore.write_pending`, which say
+*lock held*: a caller reserves sequence numbers, builds its batch and writes it
+under one hold of the lock (re-taking it per call costs a send ~5 %).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from broker_adapter.clock import Clock
@@ -47,6 +51,19 @@ _RANGE_DELETE_MIN = 256
 class BrokerCore:
     """The shared state of one embedded broker's data directory.
 
+    The attributes below are read-only views for hot loops (an attribute read, not a
+    call); what changes them is the core's methods.
+
+    :ivar store: the RocksDB store; its ``meta``, ``consume``, ``keys`` and ``ready``
+        families are free for all to read, and to write where no core state is involved
+        (cursors, group notes, subscriptions).
+    :ivar lock: the broker lock (level 3 of the lock order): hold it to make several
+        core calls one atomic step; never take a group lock while holding it.
+    :ivar topic_ids: topic name -> id.
+    :ivar topic_names: topic id -> name.
+    :ivar prefixes: topic id -> its 2-byte key prefix.
+    :ivar tails: topic id -> its greatest ``ready`` key (a pull skips a topic whose
+        cursor is past its tail without reading the store).
     :param path: data directory; one process owns it at a time.
     :param clock: the time source; the core subscribes :meth:`kick` to it.
     :param durability: see :data:`~broker_adapter.embedded.store.DURABILITY_MODES`.
@@ -66,12 +83,23 @@ class BrokerCore:
         store = self._store = RocksStore(path, durability)
         self._clock = clock
         self._lock = threading.RLock()
+        # Family handles of the hot paths; dropped in close() (they keep the DB open).
+        handle = store.handle
+        self._h_wheel: Any = handle[K.CF_WHEEL]
+        self._h_ready: Any = handle[K.CF_READY]
+        self._h_meta: Any = handle[K.CF_META]
         self._topic_ids: dict[str, int] = {}
         self._topic_names: dict[int, str] = {}
         self._prefixes: dict[int, bytes] = {}
         self._pending: dict[int, int] = {}
         self._fired: dict[int, int] = {}
         self._tails: dict[int, bytes] = {}
+        self.store: RocksStore = store
+        self.lock: threading.RLock = self._lock
+        self.topic_ids: Mapping[str, int] = self._topic_ids
+        self.topic_names: Mapping[int, str] = self._topic_names
+        self.prefixes: Mapping[int, bytes] = self._prefixes
+        self.tails: Mapping[int, bytes] = self._tails
         for key, value in store.scan(K.CF_META, K.META_TOPIC, b"U", 1 << 30):
             self._remember_topic(key[1:].decode(), int(K.U16.unpack(value)[0]))
         for key, value in store.scan(K.CF_META, K.META_COUNTERS, b"O", 1 << 30):
@@ -92,41 +120,6 @@ class BrokerCore:
         self._kicked = False
         self._planned_wake = 0
         clock.subscribe(self.kick)
-
-    # -- what the core owns ------------------------------------------------------------
-
-    @property
-    def store(self) -> RocksStore:
-        """The RocksDB store (its ``meta``, ``consume`` and ``ready`` reads are free for
-        all; writes that touch core state go through the core)."""
-        return self._store
-
-    @property
-    def lock(self) -> threading.RLock:
-        """The broker lock (level 3 of the lock order): hold it to make several core
-        calls one atomic step; never take a group lock while holding it."""
-        return self._lock
-
-    @property
-    def topic_ids(self) -> Mapping[str, int]:
-        """Topic name -> id, read-only (hot loops look ids up without a call)."""
-        return self._topic_ids
-
-    @property
-    def topic_names(self) -> Mapping[int, str]:
-        """Topic id -> name, read-only."""
-        return self._topic_names
-
-    @property
-    def prefixes(self) -> Mapping[int, bytes]:
-        """Topic id -> its 2-byte key prefix, read-only."""
-        return self._prefixes
-
-    @property
-    def tails(self) -> Mapping[int, bytes]:
-        """Topic id -> its greatest ``ready`` key, read-only (a pull skips a topic whose
-        cursor is past its tail without reading the store)."""
-        return self._tails
 
     @property
     def fired_upto(self) -> bytes:
@@ -171,37 +164,36 @@ class BrokerCore:
         return now
 
     def take_seqs(self, n: int) -> int:
-        """Reserve ``n`` consecutive sequence numbers; returns the first. A block is made
-        durable before it is handed out, so no number is used twice across a reopen."""
-        with self._lock:
-            seq = self._seq
-            if seq + n >= self._seq_hi:
-                self._seq_hi = seq + n + SEQ_BLOCK
-                store = self._store
-                store.cf[K.CF_META].put(K.META_SEQ, K.U64.pack(self._seq_hi), store.write_opt)
-            self._seq = seq + n
-            return seq
+        """Reserve ``n`` consecutive sequence numbers; returns the first (lock held). A
+        block is made durable before it is handed out, so no number is used twice
+        across a reopen."""
+        seq = self._seq
+        if seq + n >= self._seq_hi:
+            self._seq_hi = seq + n + SEQ_BLOCK
+            store = self._store
+            store.cf[K.CF_META].put(K.META_SEQ, K.U64.pack(self._seq_hi), store.write_opt)
+        self._seq = seq + n
+        return seq
 
     def next_seq(self) -> int:
-        """One new sequence number (see :meth:`take_seqs`)."""
+        """One new sequence number (lock held; see :meth:`take_seqs`)."""
         return self.take_seqs(1)
 
     # -- counters ----------------------------------------------------------------------
 
-    def count_pending(self, batch: Any, counts: Mapping[int, int], fired: bool = False) -> None:
+    def _count(self, batch: Any, counts: Mapping[int, int], fired: bool = False) -> None:
         """Add ``counts`` (topic id -> n) to the pending counters, or with ``fired`` move
-        them from pending to fired; in memory now and in ``batch`` for the store."""
-        h_meta = self._store.handle[K.CF_META]
+        them from pending to fired; in memory now and in ``batch`` (lock held)."""
+        h_meta = self._h_meta
         prefixes, pending, fired_of = self._prefixes, self._pending, self._fired
-        with self._lock:
-            for tid, n in counts.items():
-                if fired:
-                    pending[tid] = pending.get(tid, 0) - n
-                    fired_of[tid] = fired_of.get(tid, 0) + n
-                else:
-                    pending[tid] = pending.get(tid, 0) + n
-                value = K.U64X2.pack(max(pending[tid], 0), fired_of.get(tid, 0))
-                batch.put(K.META_COUNTERS + prefixes[tid], value, h_meta)
+        for tid, n in counts.items():
+            if fired:
+                pending[tid] = pending.get(tid, 0) - n
+                fired_of[tid] = fired_of.get(tid, 0) + n
+            else:
+                pending[tid] = pending.get(tid, 0) + n
+            value = K.U64X2.pack(max(pending[tid], 0), fired_of.get(tid, 0))
+            batch.put(K.META_COUNTERS + prefixes[tid], value, h_meta)
 
     def pending_count(self, tid: int) -> int:
         """Messages of topic ``tid`` waiting on the wheel."""
@@ -213,26 +205,28 @@ class BrokerCore:
 
     # -- writing -----------------------------------------------------------------------
 
-    def write(self, batch: Any, scheduled: Iterable[Entry] = (), lazy: bool = False) -> None:
-        """Apply ``batch``, then note the wheel entries it added in the near window.
+    def write_pending(self, batch: Any, entries: Sequence[Entry]) -> None:
+        """Add ``entries`` to the wheel: put them in ``batch``, count them pending, apply
+        ``batch`` (with whatever else it holds), then note them in the near window
+        (lock held, since their sequence numbers were reserved).
 
-        :param scheduled: ``(wheel key, topic id, record)`` of each wheel entry in ``batch``.
-        :param lazy: for writes a crash may repeat (see :meth:`RocksStore.write`).
+        :param entries: ``(wheel key, topic id, record)``, wheel keys from :meth:`take_seqs`.
         """
-        with self._lock:
-            self._store.write(batch, lazy)
-            schedule = self._wheel.schedule
-            for entry in scheduled:
-                schedule(*entry)
+        h_wheel = self._h_wheel
+        put = batch.put
+        counts: dict[int, int] = {}
+        for wkey, tid, record in entries:
+            put(wkey, record, h_wheel)
+            counts[tid] = counts.get(tid, 0) + 1
+        self._count(batch, counts)
+        self._store.write(batch)
+        schedule = self._wheel.schedule
+        for entry in entries:
+            schedule(*entry)
 
-    def schedule_retry(self, batch: Any, tid: int, due_ms: int, record: bytes) -> Entry:
-        """Put ``record`` on the wheel at ``due_ms`` for topic ``tid`` in ``batch`` and
-        count it pending; returns the entry to pass to :meth:`write` as ``scheduled``."""
-        with self._lock:
-            wkey = K.wheel_key(due_ms, self.next_seq())
-            batch.put(wkey, record, self._store.handle[K.CF_WHEEL])
-            self.count_pending(batch, {tid: 1})
-        return wkey, tid, record
+    def write(self, batch: Any) -> None:
+        """Apply ``batch`` (one that adds nothing to the wheel: see :meth:`write_pending`)."""
+        self._store.write(batch)
 
     def append_ready(self, batch: Any, tid: int, at_ms: int, record: bytes) -> bytes:
         """Put ``record`` at the end of topic ``tid``'s ready keys in ``batch``, fired at
@@ -241,9 +235,9 @@ class BrokerCore:
         with self._lock:
             wkey = K.wheel_key(at_ms, self.next_seq())
             ready_key = self._prefixes[tid] + wkey
-            batch.put(ready_key, record, self._store.handle[K.CF_READY])
-            self.count_pending(batch, {tid: 1})
-            self.count_pending(batch, {tid: 1}, fired=True)
+            batch.put(ready_key, record, self._h_ready)
+            self._count(batch, {tid: 1})
+            self._count(batch, {tid: 1}, fired=True)
             self._tails[tid] = ready_key
         return wkey
 
@@ -253,9 +247,9 @@ class BrokerCore:
         store = self._store
         with self._lock:
             batch = store.batch()
-            batch.delete(wkey, store.handle[K.CF_WHEEL])
+            batch.delete(wkey, self._h_wheel)
             batch.put(wkey, K.U64.pack(self.now()) + record, store.handle[K.CF_ABORTED])
-            self.count_pending(batch, {tid: -1})
+            self._count(batch, {tid: -1})
             store.write(batch)
             self._wheel.cancel(wkey)
 
@@ -272,7 +266,7 @@ class BrokerCore:
             if not entries:
                 return counts
             batch = store.batch()
-            h_wheel, h_ready = store.handle[K.CF_WHEEL], store.handle[K.CF_READY]
+            h_wheel, h_ready = self._h_wheel, self._h_ready
             prefix = self._prefixes
             tails = {}
             # Everything below the last fired key has now fired or was aborted, so a
@@ -288,9 +282,9 @@ class BrokerCore:
                 batch.put(ready_key, record, h_ready)
                 counts[tid] = counts.get(tid, 0) + 1
                 tails[tid] = ready_key
-            self.count_pending(batch, counts, fired=True)
+            self._count(batch, counts, fired=True)
             self._fired_upto = K.next_key(entries[-1][0])
-            batch.put(K.META_FIRED_UPTO, self._fired_upto, store.handle[K.CF_META])
+            batch.put(K.META_FIRED_UPTO, self._fired_upto, self._h_meta)
             store.write(batch, lazy=True)
             self._tails.update(tails)
         return counts
@@ -332,6 +326,7 @@ class BrokerCore:
         """Stop listening to the clock and close the store (the wheel thread has stopped)."""
         self._clock.unsubscribe(self.kick)
         with self._lock:
+            self._h_wheel = self._h_ready = self._h_meta = None
             self._store.close()
 
 

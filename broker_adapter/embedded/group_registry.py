@@ -23,7 +23,6 @@ from broker_adapter.embedded.consumer import EmbeddedConsumer, ReadySignal
 from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.groups import ConsumerGroup, Flight
 from broker_adapter.embedded.records import record_id, with_topic_and_attempts
-from broker_adapter.embedded.timing_wheel import Entry
 from broker_adapter.results import GroupStats
 
 # Acks are persisted at most this often (a crash may redeliver what was acked since).
@@ -218,7 +217,6 @@ class GroupRegistry:
         store = core.store
         raw = record_id(flight.record)
         note_reason = (reason or "").encode()[:4096]
-        scheduled: list[Entry] = []
         with core.lock:
             now = core.now()
             batch = store.batch()
@@ -233,12 +231,15 @@ class GroupRegistry:
                     delay_ms = retry_backoff_ms(flight.attempts)
                 due = now + delay_ms
                 record = with_topic_and_attempts(flight.record, tid, flight.attempts, due)
-                entry = core.schedule_retry(batch, tid, due, record)
-                scheduled.append(entry)
-                note = b"R" + K.U16.pack(flight.attempts) + entry[0] + note_reason
+                wkey = K.wheel_key(due, core.next_seq())
+                retry = (wkey, tid, record)
+                note = b"R" + K.U16.pack(flight.attempts) + wkey + note_reason
             batch.put(group.gid_bytes + raw, note, store.handle[K.CF_CONSUME])
             self.commit(group, batch)
-            core.write(batch, scheduled)
+            if dead:
+                core.write(batch)
+            else:
+                core.write_pending(batch, (retry,))
         if dead:
             self.add_ready({tid: 1})
         else:
