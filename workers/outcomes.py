@@ -1,4 +1,4 @@
-"""Settling a message (ack, retry, dead letter, release) and the log line per job run.
+"""Settling a message (:class:`~workers.settlement.Settlement`) and the log line per job run.
 
 Each job run gets one log line on the ``chronoq.workers.Dispatcher`` logger,
 INFO when it succeeded, WARNING otherwise::
@@ -17,6 +17,7 @@ from broker_adapter.base import Consumer
 from broker_adapter.errors import ChronoqError
 from broker_adapter.results import ReceivedMessage
 from workers.context import JobContext
+from workers.settlement import Settlement, UnknownSettlement
 
 #: Longest error text recorded as a dead-letter or retry reason.
 MAX_REASON_CHARS = 1000
@@ -33,62 +34,86 @@ def describe_error(exc: BaseException) -> str:
 class Settler:
     """Settles messages of one consumer and says what happened, in words.
 
-    Broker errors (a broker closed under a late job) are logged, not raised: the
-    message is then redelivered after its invisible time, which is the safe side.
+    Broker errors (a broker closed under a late job) are not raised: the message
+    is then redelivered after its invisible time, which is the safe side, and the
+    returned words say so.
 
     :param consumer: the dispatcher's consumer.
-    :param log: where to report broker errors.
+    :param log: where a broker error is reported when :meth:`settle` is asked to warn.
     """
 
     def __init__(self, consumer: Consumer, log: logging.Logger) -> None:
         self._consumer = consumer
         self._log = log
 
-    def ack(self, m: ReceivedMessage) -> bool:
-        """Ack ``m``; ``False`` when it was no longer in flight or the broker failed."""
-        try:
-            return self._consumer.ack(m)
-        except ChronoqError as e:
-            self._log.warning("msg=%s: ack failed (%s); it will be redelivered", m.msg_id, e)
-            return False
+    def settle(
+        self,
+        m: ReceivedMessage,
+        settlement: Settlement,
+        reason: str = "",
+        delay_ms: int = 0,
+        *,
+        warn: bool = False,
+    ) -> str:
+        """Settle ``m`` as ``settlement`` says (see :class:`~workers.settlement.Settlement`).
 
-    def nack(self, m: ReceivedMessage, delay_ms: int, reason: str) -> bool:
-        """Nack ``m`` for a retry after ``delay_ms``; ``False`` when that did not happen."""
-        try:
-            return self._consumer.nack(m, delay_ms=delay_ms, reason=reason)
-        except ChronoqError as e:
-            self._log.warning("msg=%s: nack failed (%s); it will be redelivered", m.msg_id, e)
-            return False
-
-    def settle(self, m: ReceivedMessage, how: str, reason: str, delay_ms: int) -> str:
-        """Settle ``m`` by ``how``: ``ack``, ``retry`` (nack after ``delay_ms``), ``dead``,
-        ``release`` (give back now without counting an attempt: the job never started,
-        or still runs elsewhere) or ``abandon`` (give back now, counting the attempt:
-        the job started here and was stopped).
-
+        :param reason: why; recorded by the broker for a retry or a dead letter.
+        :param delay_ms: for ``RETRY`` and ``DEFER``: how long until it is due again.
+        :param warn: also log a broker error as a WARNING (for messages that get no
+            job log line of their own).
         :returns: the outcome, as shown in the job's log line.
+        :raises UnknownSettlement: for anything but a :class:`Settlement` member.
         """
+        consumer = self._consumer
         try:
-            if how == "ack":
-                done = self._consumer.ack(m)
-                outcome = "ok"
-            elif how == "retry":
-                done = self._consumer.nack(m, delay_ms=delay_ms, reason=reason)
-                outcome = f"failed ({reason}); retry in {delay_ms} ms"
-            elif how == "dead":
-                done = self._consumer.dead_letter(m, reason)
-                outcome = f"dead-lettered: {reason}"
-            elif how == "release":
-                done = self._consumer.release(m, 0)
-                outcome = reason
-            else:
-                done = self._consumer.nack(m, delay_ms=0, reason=reason)
-                outcome = reason
-        except ChronoqError as e:
-            return f"{how} failed ({e}); the message will be redelivered"
+            match settlement:  # the common case first: one comparison per success
+                case Settlement.ACK:
+                    done = consumer.ack(m)
+                    outcome = "ok"
+                case Settlement.RETRY:
+                    done = consumer.nack(m, delay_ms=delay_ms, reason=reason)
+                    outcome = f"failed ({reason}); retry in {delay_ms} ms"
+                case Settlement.DEAD:
+                    done = consumer.dead_letter(m, reason)
+                    outcome = f"dead-lettered: {reason}"
+                case Settlement.RELEASE:
+                    done = consumer.release(m, 0)
+                    outcome = reason
+                case Settlement.DEFER:
+                    done = consumer.release(m, delay_ms)
+                    outcome = f"not started ({reason}); released, retry in {delay_ms} ms"
+                case Settlement.ABANDON:
+                    done = consumer.nack(m, delay_ms=0, reason=reason)
+                    outcome = reason
+                case Settlement.SKIP:
+                    done = consumer.ack(m)
+                    outcome = reason
+                case _:
+                    raise UnknownSettlement(settlement)
+        except UnknownSettlement:
+            raise
+        except ChronoqError as e:  # the broker failed: the message comes back on its own
+            verb = _VERBS[settlement]
+            if warn:
+                self._log.warning(
+                    "msg=%s: %s failed (%s); it will be redelivered", m.msg_id, verb, e
+                )
+            return f"{verb} failed ({e}); the message will be redelivered"
         if not done:
             outcome += " (the message was no longer in flight here: redelivered meanwhile)"
         return outcome
+
+
+#: The word for each settlement's broker operation, in a failure's text.
+_VERBS = {
+    Settlement.ACK: "ack",
+    Settlement.RETRY: "retry",
+    Settlement.DEAD: "dead",
+    Settlement.RELEASE: "release",
+    Settlement.DEFER: "release",
+    Settlement.ABANDON: "abandon",
+    Settlement.SKIP: "ack",
+}
 
 
 def _ms(value: float | None) -> str:

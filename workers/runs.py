@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
 
@@ -15,6 +15,7 @@ from scheduler.registry import JobRegistry
 from scheduler.settings import Settings
 from scheduler.spec import CronSpec, JobSpec
 from workers.context import JobContext
+from workers.executors.base import Handoff
 
 
 class CronPlanner(Protocol):
@@ -46,7 +47,16 @@ class App(Protocol):
 
 
 class Run:
-    """The processing of one message: one job run, or a cron message's occurrences."""
+    """The processing of one message: one job run, or a cron message's occurrences
+    (run one after the other, each with its own :class:`JobContext`).
+
+    :param message: the pulled message.
+    :param spec: the job's spec.
+    :param call: the decoded call.
+    :param job: the context of its first (or only) job.
+    :param cron: for a cron message, the cron job.
+    :param occurrences: for a cron message, the occurrences to run (epoch ms, in order).
+    """
 
     __slots__ = ("call", "cron", "future", "job", "message", "occurrences", "settled", "spec")
 
@@ -55,53 +65,40 @@ class Run:
         message: ReceivedMessage,
         spec: JobSpec,
         call: JobCall,
+        job: JobContext,
         cron: CronSpec | None = None,
-        occurrences: list[int] | None = None,
+        occurrences: Sequence[int] = (),
     ) -> None:
         self.message = message
         self.spec = spec
         self.call = call
         self.cron = cron
         self.occurrences = occurrences
+        #: Whether its message is settled (set once, by whoever claims it).
         self.settled = False
-        self.job: JobContext | None = None
+        #: The context of the job that runs (or ran last).
+        self.job = job
+        #: The executor's future of the current job, once submitted.
         self.future: Future[Any] | None = None
 
+    def next_fire_ms(self) -> int | None:
+        """The occurrence after the current job's, or ``None`` when it was the last."""
+        occurrences, fire_ms = self.occurrences, self.job.fire_ms
+        if not occurrences or fire_ms == occurrences[-1]:
+            return None
+        return occurrences[occurrences.index(fire_ms or 0) + 1]
 
-class CronGate:
-    """Cron specs by name (read from the registry on a miss) and how many runs of
-    each cron job are going, for ``CronSpec.max_running``; safe across threads.
-
-    :param registry: the app's job registry.
-    """
-
-    def __init__(self, registry: JobRegistry) -> None:
-        self._registry = registry
-        self._specs: dict[str, CronSpec] = {}
-        self._running: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def find(self, name: str) -> CronSpec | None:
-        """The cron job named ``name``, or ``None``."""
-        spec = self._specs.get(name)
-        if spec is None:
-            self._specs = {c.name: c for c in self._registry.crons()}
-            spec = self._specs.get(name)
-        return spec
-
-    def admit(self, cron: CronSpec) -> str:
-        """Count one more run of ``cron`` and return ``""``, or return why not."""
-        with self._lock:
-            running = self._running.get(cron.name, 0)
-            if running >= cron.max_running:
-                return f"{running} run(s) still going (max_running={cron.max_running})"
-            self._running[cron.name] = running + 1
-            return ""
-
-    def finished(self, name: str) -> None:
-        """One run of cron job ``name`` ended."""
-        with self._lock:
-            self._running[name] -= 1
+    def handed_off(self) -> bool:
+        """Whether its job was handed to a system that runs it on its own (a
+        :class:`~workers.executors.base.Handoff`)."""
+        fut = self.future
+        return (
+            fut is not None
+            and fut.done()
+            and not fut.cancelled()
+            and fut.exception() is None
+            and isinstance(fut.result(), Handoff)
+        )
 
 
-__all__ = ["App", "CronGate", "CronPlanner", "Run"]
+__all__ = ["App", "CronPlanner", "Run"]

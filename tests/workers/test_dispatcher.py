@@ -338,7 +338,7 @@ def test_drain_gives_back_a_job_that_never_started_without_an_attempt(tmp_path: 
         thread.start()
         assert started.wait(10)
         queued_handle = queued.schedule()  # pulled while the one worker is busy: queued
-        eventually(lambda: first._threads == 2, what="the second job queued behind the first")
+        eventually(lambda: first.slots_taken == 2, what="the second job queued behind the first")
         first.stop()
         thread.join(10)
         with Dispatcher(app) as second:

@@ -1,0 +1,333 @@
+"""PullLoop: a dispatcher's work once it joined its group; pull, route, submit, settle.
+
+:meth:`Dispatcher.open <workers.dispatcher.Dispatcher.open>` builds one; it is
+complete from then on (consumer, settler, hooks). Per pull it asks the hooks'
+``tick``, waits for room (:class:`~workers.inflight.InFlight`), pulls, and per
+message decodes the :class:`~scheduler.jobcall.JobCall`, finds its spec, routes
+it (left to another dispatcher, a cron fire, or a job), asks the hooks to
+admit it and submits it to its executor. The outcome is settled in the thread
+that finishes the job (a done callback): success acks, a failure is settled as
+:class:`~workers.retry_decision.RetryDecider` decides.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import CancelledError, Future
+from functools import partial
+from typing import Any
+
+from broker_adapter.base import Consumer
+from broker_adapter.clock import Clock
+from broker_adapter.errors import ChronoqError, DecodeError
+from broker_adapter.results import ReceivedMessage
+from scheduler.errors import JobNotFound
+from scheduler.jobcall import JobCall
+from scheduler.spec import CRON_KEY_PREFIX, CronSpec, parse_cron_key
+from workers.context import JobContext, JobTimeout, reset_current, set_current
+from workers.cron_gate import CronGate
+from workers.executors.base import Executor, Handoff
+from workers.hooks import DispatchHook, HookCalls
+from workers.inflight import InFlight, JobEnd
+from workers.invisibility import InvisibilityKeeper
+from workers.outcomes import Settler, describe_error, log_run
+from workers.retry_decision import RetryDecider
+from workers.runs import App, Run
+from workers.settlement import Decision, Settlement
+from workers.timeout_watch import TimeoutWatch
+from workers.trace_hook import TraceHook, TraceSink
+
+_ACK = Decision(Settlement.ACK, "")
+_NEVER_STARTED = Decision(Settlement.RELEASE, "released: stopped before the job started")
+#: How soon a cron message whose planner failed comes back, ms.
+PLANNER_RETRY_MS = 1000
+
+
+class PullLoop:
+    """The joined half of a dispatcher: what it does per pull and per message.
+
+    :param app: the app (registry, planner).
+    :param consumer: the joined consumer; closed by :meth:`close`.
+    :param group: its consumer group.
+    :param topics: the topics it pulls.
+    :param invisible_ms: the consumer's invisible time.
+    :param executors: executor name to executor.
+    :param flow: the dispatcher's runs and bounds.
+    :param clock: the dispatcher's clock (cron planning).
+    :param clock_ms: the same clock, read as epoch ms for job start times.
+    :param leaves: why this dispatcher leaves a job of an executor to another
+        dispatcher, or ``None`` when it handles it (see :mod:`workers.routing`).
+    :param log: the dispatcher's logger.
+    :param trace: where to record each delivery, or ``None``.
+    :param hooks: more hooks, called after the built-in ones.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        consumer: Consumer,
+        *,
+        group: str,
+        topics: list[str],
+        invisible_ms: int,
+        executors: Mapping[str, Executor],
+        flow: InFlight,
+        clock: Clock,
+        clock_ms: Callable[[], float],
+        leaves: Callable[[str], str | None],
+        log: logging.Logger,
+        trace: TraceSink | None = None,
+        hooks: Iterable[DispatchHook] = (),
+    ) -> None:
+        self.consumer = consumer
+        self.group = group
+        self.topics = topics
+        self.invisible_ms = invisible_ms
+        self._registry = app.registry
+        self._planner = app.planner
+        self._executors = executors
+        self._flow = flow
+        self._clock = clock
+        self._clock_ms = clock_ms
+        self._leaves = leaves
+        self._log = log
+        self._settler = Settler(consumer, log)
+        self._decider = RetryDecider()
+        self._crons = CronGate(app.registry)
+        # The one place the hook list is built: the built-in ones, then the caller's.
+        builtin: list[DispatchHook] = [
+            InvisibilityKeeper(consumer, invisible_ms, log),
+            TimeoutWatch(self._expire),
+            self._crons,
+        ]
+        if trace is not None:
+            builtin.append(TraceHook(trace, group, clock_ms))
+        self.calls = HookCalls([*builtin, *hooks])
+        for on_open in self.calls.on_open:
+            on_open(self)
+
+    # -- per pull -------------------------------------------------------------------------
+
+    def step(self, wait_ms: int) -> int:
+        """One pull (waiting up to ``wait_ms``) and dispatch; returns messages pulled, or
+        -1 when all slots were taken (it waited for one instead: busy, not idle)."""
+        for tick in self.calls.tick:
+            wish = tick()
+            if wish is not None and wish < wait_ms:
+                wait_ms = wish
+        room = self._flow.room(wait_ms)
+        if room <= 0:
+            return -1
+        msgs = self.consumer.pull(room, wait_ms)
+        if msgs:
+            for on_pulled in self.calls.on_pulled:
+                on_pulled(msgs)
+            for m in msgs:
+                self._dispatch(m)
+        return len(msgs)
+
+    def _dispatch(self, m: ReceivedMessage) -> None:
+        key = m.key
+        if key is not None and key.startswith(CRON_KEY_PREFIX):
+            parsed = parse_cron_key(key)
+            cron = None if parsed is None else self._crons.find(parsed[0])
+            if parsed is not None and cron is not None:
+                if not self._left_to_others(m, cron.job.executor, cron.name):
+                    self._dispatch_cron(m, cron, parsed[1])
+                return
+        try:
+            call = JobCall.decode(m.body)
+        except DecodeError as e:
+            self._dead_now(m, f"undecodable job call: {e}")
+            return
+        spec = self._registry.find(call.name)
+        if spec is None:
+            self._dead_now(m, f"unknown job: {JobNotFound(call.name, self._registry.names())}")
+            return
+        if self._left_to_others(m, spec.executor, spec.name):
+            return
+        run = Run(m, spec, call, JobContext(spec, call, m, None, self._clock_ms))
+        why = self._admit(run)
+        if why:
+            self._log.info("job %s msg=%s skipped: %s", spec.name, m.msg_id, why)
+            return
+        self._flow.add(run)
+        self._start(run, run.job)
+
+    def _dispatch_cron(self, m: ReceivedMessage, cron: CronSpec, fire_ms: int) -> None:
+        name = cron.name
+        try:
+            call = JobCall.decode(m.body) if m.body else JobCall(name)
+        except DecodeError as e:
+            self._dead_now(m, f"undecodable cron call: {e}")
+            return
+        try:
+            due = list(self._planner.on_fired(name, fire_ms, self._clock.now_ms()))
+        except Exception as e:  # noqa: BLE001 - retry the message soon; on_fired is idempotent
+            self._log.exception("cron %s msg=%s: planner failed", name, m.msg_id)
+            reason = f"planner failed: {describe_error(e)}"
+            self._settle_alone(m, name, Decision(Settlement.RETRY, reason, PLANNER_RETRY_MS))
+            return
+        if not due:
+            why = "misfire policy skipped it"
+            self._settle_alone(m, name, Decision(Settlement.SKIP, why))
+            self._log.info("cron %s msg=%s occurrence %d skipped: %s", name, m.msg_id, fire_ms, why)
+            return
+        job = JobContext(cron.job, call, m, due[0], self._clock_ms)
+        run = Run(m, cron.job, call, job, cron, due)
+        why = self._admit(run)
+        if why:
+            self._log.info("cron %s msg=%s occurrence %d skipped: %s", name, m.msg_id, fire_ms, why)
+            return
+        self._flow.add(run)
+        self._start(run, job)
+
+    def _admit(self, run: Run) -> str:
+        """``""`` when the hooks let ``run`` start; else why not (then it is skipped)."""
+        for admit in self.calls.admit:
+            why = admit(run)
+            if why:
+                for after_run in self.calls.after_run:
+                    after_run(run)
+                self._settle_alone(run.message, run.spec.name, Decision(Settlement.SKIP, why))
+                return why
+        return ""
+
+    def _left_to_others(self, m: ReceivedMessage, executor: str, name: str) -> bool:
+        """Ack (in this group) a job that another dispatcher runs; see :mod:`workers.routing`."""
+        why = self._leaves(executor)
+        if why is None:
+            return False
+        self._settle_alone(m, name, Decision(Settlement.SKIP, why))
+        self._log.debug("job %s msg=%s skipped in group %s: %s", name, m.msg_id, self.group, why)
+        return True
+
+    def _dead_now(self, m: ReceivedMessage, reason: str) -> None:
+        self._settle_alone(m, None, Decision(Settlement.DEAD, reason))
+        self._log.error("msg=%s dead-lettered: %s", m.msg_id, reason)
+
+    def _start(self, run: Run, job: JobContext) -> None:
+        """Submit ``job`` (``run``'s current job, holding a slot) to its executor."""
+        for before_start in self.calls.before_start:
+            before_start(run, job)
+        spec = run.spec
+        executor = self._executors.get(spec.executor)
+        token = set_current(job)
+        try:
+            if executor is None:
+                raise LookupError(
+                    f"no {spec.executor!r} executor in this dispatcher (it has "
+                    f"{', '.join(self._executors) or 'none'})"
+                )
+            fut = executor.submit(spec, run.call, run.message)
+        except Exception as e:  # noqa: BLE001 - shut down, or no such executor: a failed attempt
+            fut = Future()
+            fut.set_exception(e)
+        finally:
+            reset_current(token)
+        run.future = fut
+        fut.add_done_callback(partial(self._done, run, job))
+
+    # -- outcomes (in the thread that finished the job) ------------------------------------
+
+    def _done(self, run: Run, job: JobContext, fut: Future[Any]) -> None:
+        if not fut.cancelled() and fut.exception() is None:
+            handoff = fut.result()
+            if isinstance(handoff, Handoff):  # runs elsewhere now: free the slot, await
+                self._flow.hand_off()
+                for after_handoff in self.calls.after_handoff:
+                    after_handoff(run)
+                handoff.outcome.add_done_callback(partial(self._finish, run, job, False))
+                return
+        self._finish(run, job, True, fut)
+
+    def _finish(self, run: Run, job: JobContext, slot: bool, fut: Future[Any]) -> None:
+        """Settle ``run`` from ``fut`` (the executor's future, ``slot``: it still holds
+        a slot; or a handoff's outcome), or start its next occurrence."""
+        cancelled = fut.cancelled()
+        error = None if cancelled else fut.exception()
+        for after_job in self.calls.after_job:
+            after_job(run, job, CancelledError() if cancelled else error)
+        nxt = None
+        if error is None and not cancelled and (fire_ms := run.next_fire_ms()) is not None:
+            nxt = JobContext(run.spec, run.call, run.message, fire_ms, self._clock_ms)
+        end = self._flow.end_job(run, slot=slot, next_job=nxt)
+        if end is JobEnd.NEXT and nxt is not None:
+            log_run(self._log, job, "ok", time.monotonic())
+            self._flow.take_slot()
+            self._start(run, nxt)
+            return
+        for after_run in self.calls.after_run:
+            after_run(run)
+        if end is JobEnd.SETTLED:
+            return  # already settled: timed out or released; its late end changes nothing
+        if cancelled:
+            outcome = self._settle_run(run, _NEVER_STARTED)
+        elif error is None:
+            outcome = self._settle_run(run, _ACK)
+        else:
+            decision = self._decide(run, error)
+            outcome = self._settle_run(run, decision)
+            if decision.settlement is Settlement.DEFER:
+                error = None  # the executor logged why; no traceback per message
+        log_run(self._log, job, outcome, time.monotonic(), error)
+
+    def _expire(self, run: Run, job: JobContext) -> None:
+        """``job`` ran over its timeout (see :class:`~workers.timeout_watch.TimeoutWatch`)."""
+        if not self._flow.claim(run, job):
+            return
+        job.cancel("timeout")
+        error = JobTimeout(run.spec.name, run.spec.timeout or 0.0)
+        outcome = self._settle_run(run, self._decide(run, error))
+        log_run(self._log, job, outcome, time.monotonic(), error)
+
+    def _decide(self, run: Run, error: BaseException) -> Decision:
+        return self._decider.decide(
+            run.spec, run.message.attempts, error, cron=run.cron is not None
+        )
+
+    def _settle_run(self, run: Run, d: Decision) -> str:
+        """Settle a claimed run's message as ``d`` says; the words for its log line."""
+        m = run.message
+        for before_settle in self.calls.before_settle:
+            before_settle(m, run.spec.name, run, d.settlement, d.reason)
+        return self._settler.settle(m, d.settlement, d.reason, d.delay_ms)
+
+    def _settle_alone(self, m: ReceivedMessage, job: str | None, d: Decision) -> None:
+        """Settle a message that has no job log line (it never got a run, or never ran)."""
+        for before_settle in self.calls.before_settle:
+            before_settle(m, job, None, d.settlement, d.reason)
+        self._settler.settle(m, d.settlement, d.reason, d.delay_ms, warn=True)
+        self._flow.count()
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def drain(self, timeout_s: float) -> int:
+        """Cancel the queued jobs, let the running ones finish for up to ``timeout_s``,
+        release the rest for redelivery; returns how many were released."""
+        for fut in self._flow.queued_futures():
+            fut.cancel()  # not started yet: released at once by its done callback
+        stuck = self._flow.wait_and_claim_rest(timeout_s)
+        for run in stuck:
+            if run.handed_off():  # runs elsewhere: the next dispatcher looks its outcome up
+                why = f"released: outcome still awaited after the {timeout_s:g} s drain"
+                self._settle_run(run, Decision(Settlement.RELEASE, why))
+                continue
+            run.job.cancel("the dispatcher is shutting down")
+            why = f"released: still running after the {timeout_s:g} s drain"
+            self._settle_run(run, Decision(Settlement.ABANDON, why))
+        return len(stuck)
+
+    def close(self) -> None:
+        """Leave the group, then tell the hooks."""
+        try:
+            self.consumer.close()
+        except ChronoqError as e:  # broker already closed: it redelivers anyway
+            self._log.warning("leaving group %s: %s", self.group, e)
+        for on_close in self.calls.on_close:
+            on_close()
+
+
+__all__ = ["PLANNER_RETRY_MS", "PullLoop"]
