@@ -117,7 +117,7 @@ def test_a_dispatcher_restarted_mid_task_ends_done_exactly_once(
         # Then the next dispatcher finds the task SENT and waits instead of publishing
         assert second.dispatcher is not None
         wait_for("the redelivery", lambda: second.dispatcher is not None
-                 and second.dispatcher._awaiting == 1)  # fmt: skip
+                 and second.dispatcher.awaiting == 1)  # fmt: skip
         _done_once_without_republishing(second, redis_url, receipt.msg_id)
     finally:
         second.close()
@@ -141,7 +141,7 @@ def test_a_task_still_queued_in_celery_is_not_published_again_after_a_restart(
         try:
             assert second.dispatcher is not None
             wait_for("the redelivery awaited", lambda: second.dispatcher is not None
-                     and second.dispatcher._awaiting == 1)  # fmt: skip
+                     and second.dispatcher.awaiting == 1)  # fmt: skip
             # Then it waits for the queued task instead of publishing it again ...
             executor = _executor(second)
             assert executor.published == 0
