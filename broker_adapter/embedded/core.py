@@ -308,6 +308,11 @@ class BrokerCore:
         if due_ms < self._planned_wake:
             self.kick()
 
+    @property
+    def planned_wake_ms(self) -> int:
+        """The broker time the sleeping wheel thread plans to wake at; 0 while it works."""
+        return self._planned_wake
+
     def wait_for_work(self, wake_ms: int, max_wait_s: float) -> None:
         """Sleep until broker time ``wake_ms`` (at most ``max_wait_s``) or a kick; for the
         wheel thread only."""
