@@ -19,6 +19,7 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import TypedDict
 
+from broker_adapter.checks import is_int
 from broker_adapter.message import MAX_DELAY_LEVEL
 from scheduler.errors import InvalidSchedule
 
@@ -112,11 +113,7 @@ def resolve_timing(
             )
         return {"deliver_at_ms": max(at_ms, 0)}
     if delay_level is not None:
-        if (
-            isinstance(delay_level, bool)
-            or not isinstance(delay_level, int)
-            or not 1 <= delay_level <= MAX_DELAY_LEVEL
-        ):
+        if not is_int(delay_level, 1, MAX_DELAY_LEVEL):
             raise InvalidSchedule(
                 f"delay_level={delay_level!r}: levels are ints from 1 (1 s) to "
                 f"{MAX_DELAY_LEVEL} (2 h); use delay= for other delays"
