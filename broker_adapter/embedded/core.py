@@ -21,12 +21,13 @@ Lock order (the only place it is written down; every lock of the embedded broker
 A thread may skip levels but never goes up. The core keeps its half of the rule
 by construction: it imports nothing of the groups and calls out to nobody while
 holding its lock (:meth:`BrokerCore.fire_due` returns what fired instead of telling
-the groups). Its methods that change state take the (reentrant) lock themselves,
-so a caller holds :attr:`BrokerCore.lock` only to make several calls one atomic
-step, except the three of the send path, :meth:`~BrokerCore.take_seqs`,
-:meth:`~BrokerCore.next_seq` and :meth:`~BrokerCore.write_pending`, which say
-*lock held*: a caller reserves sequence numbers, builds its batch and writes it
-under one hold of the lock (re-taking it per call costs a send ~5 %).
+the groups). Its methods that do a whole change take the (reentrant) lock
+themselves. The ones that help a caller build a write batch say *lock held*
+(:meth:`~BrokerCore.take_seqs`, :meth:`~BrokerCore.next_seq`,
+:meth:`~BrokerCore.append_ready`, :meth:`~BrokerCore.write_pending`): the caller
+holds :attr:`BrokerCore.lock` from its first such call until the batch is written,
+because a batch carries counters as absolute values, so batches must be written in
+the order they were built (and re-taking the lock per call would cost a send ~5 %).
 """
 
 from __future__ import annotations
@@ -225,20 +226,20 @@ class BrokerCore:
             schedule(*entry)
 
     def write(self, batch: Any) -> None:
-        """Apply ``batch`` (one that adds nothing to the wheel: see :meth:`write_pending`)."""
+        """Apply ``batch``, one that adds nothing to the wheel (see :meth:`write_pending`);
+        lock held if it was built with a *lock held* method."""
         self._store.write(batch)
 
     def append_ready(self, batch: Any, tid: int, at_ms: int, record: bytes) -> bytes:
         """Put ``record`` at the end of topic ``tid``'s ready keys in ``batch``, fired at
         broker time ``at_ms`` (a dead letter: counted as sent and fired); returns its
-        wheel key."""
-        with self._lock:
-            wkey = K.wheel_key(at_ms, self.next_seq())
-            ready_key = self._prefixes[tid] + wkey
-            batch.put(ready_key, record, self._h_ready)
-            self._count(batch, {tid: 1})
-            self._count(batch, {tid: 1}, fired=True)
-            self._tails[tid] = ready_key
+        wheel key (lock held until ``batch`` is written with :meth:`write`)."""
+        wkey = K.wheel_key(at_ms, self.next_seq())
+        ready_key = self._prefixes[tid] + wkey
+        batch.put(ready_key, record, self._h_ready)
+        self._count(batch, {tid: 1})
+        self._count(batch, {tid: 1}, fired=True)
+        self._tails[tid] = ready_key
         return wkey
 
     def abort_pending(self, wkey: bytes, tid: int, record: bytes) -> None:
