@@ -2,14 +2,18 @@
 
 Running an app (a dispatcher, the cron planner, signal handling) is the
 ``workers`` layer's job, and ``workers`` builds on ``scheduler``, so the scheduler
-cannot import it. Instead ``workers`` registers its runner here when it is
-imported (:func:`workers.runner.run_app`); ``app.run()`` calls whatever is
-registered, and says what to do when nothing is.
+never imports it. Instead a runner registers here: ``workers`` does so when it is
+imported (:func:`workers.runner.run_app`), and an installed distribution declares
+its runner as a plugin, the way APScheduler 3 finds its executors: an entry point
+of the group :data:`ENTRY_POINT_GROUP` (chronoq's ``pyproject.toml`` names
+``workers.runner:run_app``). ``app.run()`` calls what is registered, else the
+declared plugin, and says what to do when there is neither.
 """
 
 from __future__ import annotations
 
 import threading
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Protocol
 
 from scheduler.errors import SchedulerError
@@ -36,6 +40,9 @@ class NoAppRunner(SchedulerError, RuntimeError):
         )
 
 
+#: The entry-point group in which a distribution declares the runner of ``app.run()``.
+ENTRY_POINT_GROUP = "chronoq.app_runner"
+
 _runner: AppRunner | None = None
 
 
@@ -50,14 +57,18 @@ def set_app_runner(runner: AppRunner | None) -> AppRunner | None:
 
 
 def app_runner() -> AppRunner:
-    """The registered runner.
+    """The registered runner, else the one an installed plugin declares.
 
-    :raises NoAppRunner: when none is registered.
+    :raises NoAppRunner: when there is neither.
     """
     runner = _runner
+    if runner is None:
+        for point in entry_points(group=ENTRY_POINT_GROUP):
+            runner = point.load()  # loading it registers it, as importing it would
+            break
     if runner is None:
         raise NoAppRunner()
     return runner
 
 
-__all__ = ["AppRunner", "NoAppRunner", "app_runner", "set_app_runner"]
+__all__ = ["ENTRY_POINT_GROUP", "AppRunner", "NoAppRunner", "app_runner", "set_app_runner"]

@@ -192,11 +192,39 @@ def test_importing_workers_registers_its_runner() -> None:
     assert app_runner() is workers.run_app
 
 
-def test_run_without_workers_says_what_to_do(tmp_path: Path) -> None:
+def _run_script(code: str, tmp_path: Path) -> list[str]:
     import subprocess
 
+    out = subprocess.run(
+        [sys.executable, "-c", code, f"rocksdb://{tmp_path / 'data'}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=60,
+    )
+    return out.stdout.splitlines()
+
+
+def test_run_without_importing_workers_finds_the_declared_runner(tmp_path: Path) -> None:
     code = (
-        "import sys, scheduler\n"
+        "import sys, threading, scheduler\n"
+        "app = scheduler.Scheduler(sys.argv[1])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'workers'))\n"
+        "stop = threading.Event()\n"
+        "stop.set()\n"
+        "app.run(stop_event=stop)\n"
+        "print('workers.runner' in sys.modules)\n"
+    )
+    before, after = _run_script(code, tmp_path)
+    assert before == "[]"  # the scheduler imported no workers module by itself
+    assert after == "True"  # app.run() ran through the runner pyproject.toml declares
+
+
+def test_run_without_any_runner_says_what_to_do(tmp_path: Path) -> None:
+    code = (
+        "import sys, scheduler, scheduler.runners as r\n"
+        "r.entry_points = lambda group: []  # an install that declares no runner\n"
         "app = scheduler.Scheduler(sys.argv[1])\n"
         "try:\n"
         "    app.run()\n"
@@ -204,14 +232,7 @@ def test_run_without_workers_says_what_to_do(tmp_path: Path) -> None:
         "    print(type(e).__name__, e)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'workers'))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code, f"rocksdb://{tmp_path / 'data'}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    first, second = out.stdout.splitlines()
+    first, second = _run_script(code, tmp_path)
     assert first.startswith("NoAppRunner ") and "import workers" in first
     assert "chronoq run module:app" in first
     assert second == "[]"
