@@ -8,17 +8,21 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from broker_adapter import Message, MessageState
 from broker_adapter.clock import ManualClock
+from broker_adapter.results import ReceivedMessage
 from scheduler.jobcall import JobCall
 from scheduler.scheduler import Scheduler
-from scheduler.spec import RetryPolicy
+from scheduler.spec import JobSpec, RetryPolicy
 from tests.helpers import eventually
 from workers import Dispatcher, JobCancelled, current_job, find_current_job
+from workers.executors.base import Handoff
 
 
 class Flaky(Exception):
@@ -348,3 +352,100 @@ def test_drain_gives_back_a_job_that_never_started_without_an_attempt(tmp_path: 
         assert view is not None and (view.state, view.attempts) == (MessageState.DONE, 1)
     finally:
         app.close()
+
+
+class _HandingOff:
+    """An executor that hands each job to "another system": the test completes its outcome."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[Future[Any]] = []
+
+    def submit(self, spec: JobSpec, call: JobCall, message: ReceivedMessage) -> Future[Any]:
+        outcome: Future[Any] = Future()
+        self.outcomes.append(outcome)
+        fut: Future[Any] = Future()
+        fut.set_result(Handoff(outcome))
+        return fut
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
+
+
+def test_a_handoff_frees_its_slot_and_its_outcome_settles_it(app: Scheduler) -> None:
+    @app.job(executor="celery")
+    def remote() -> None: ...
+
+    handle = remote.schedule()
+    executor = _HandingOff()
+    with Dispatcher(app, executors={"celery": executor}) as dispatcher:
+        dispatcher.run_until_idle(timeout_s=0.3)  # handed off; the outcome is awaited
+        assert (dispatcher.slots_taken, dispatcher.awaiting, dispatcher.processed) == (0, 1, 0)
+        view = app.broker.query(handle.msg_id)
+        assert view is not None and view.state is MessageState.INFLIGHT
+        executor.outcomes[0].set_result(None)
+        eventually(lambda: dispatcher.processed == 1, what="the outcome settled")
+        assert dispatcher.awaiting == 0
+    view = app.broker.query(handle.msg_id)
+    assert view is not None and view.state is MessageState.DONE
+
+
+def test_max_awaiting_holds_pulls_until_an_outcome_comes(app: Scheduler) -> None:
+    @app.job(executor="celery")
+    def remote(n: int) -> None: ...
+
+    executor = _HandingOff()
+    with Dispatcher(app, executors={"celery": executor}, max_awaiting=1) as dispatcher:
+        remote.schedule(1)
+        dispatcher.run_until_idle(timeout_s=0.3)
+        assert dispatcher.awaiting == 1
+        second = remote.schedule(2)
+        dispatcher.run_until_idle(timeout_s=0.3)  # the bound is reached: no pull
+        assert len(executor.outcomes) == 1
+        view = app.broker.query(second.msg_id)
+        assert view is not None and view.state is MessageState.READY
+        executor.outcomes[0].set_result(None)
+        eventually(lambda: dispatcher.processed == 1, what="the first outcome settled")
+        dispatcher.run_until_idle(timeout_s=0.3)
+        assert len(executor.outcomes) == 2  # pulled once there was room
+        executor.outcomes[1].set_exception(ValueError("remote failure"))
+        eventually(lambda: dispatcher.processed == 2, what="the second outcome settled")
+    view = app.broker.query(second.msg_id)
+    assert view is not None and view.error is not None and "remote failure" in view.error
+
+
+def test_drain_releases_an_awaited_handoff_without_an_attempt(app: Scheduler) -> None:
+    @app.job(executor="celery")
+    def remote() -> None: ...
+
+    handle = remote.schedule()
+    executor = _HandingOff()
+    with Dispatcher(app, executors={"celery": executor}, drain_timeout_s=0.05) as dispatcher:
+        dispatcher.run_until_idle(timeout_s=0.3)
+        assert dispatcher.awaiting == 1
+    assert dispatcher.processed == 1
+    view = app.broker.query(handle.msg_id)
+    assert view is not None and view.state in (MessageState.PENDING, MessageState.READY)
+    assert view.attempts == 0  # the next dispatcher looks the outcome up; no attempt lost
+
+
+def test_hurry_cuts_a_drain_short_and_stops_the_job(app: Scheduler) -> None:
+    started = threading.Event()
+    reasons: list[str | None] = []
+
+    @app.job
+    def blocking() -> None:
+        started.set()
+        job = current_job()
+        job.cancelled.wait(30)
+        reasons.append(job.cancel_reason)
+
+    blocking.schedule()
+    dispatcher = Dispatcher(app, drain_timeout_s=60)
+    thread = threading.Thread(target=dispatcher.run_forever)
+    thread.start()
+    assert started.wait(10)
+    dispatcher.stop()
+    dispatcher.hurry()  # a second Ctrl-C: no 60 s wait
+    thread.join(10)
+    assert not thread.is_alive()
+    eventually(lambda: reasons == ["the dispatcher is shutting down"], what="the job stopped")
