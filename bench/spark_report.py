@@ -28,7 +28,7 @@ def generate(spark: object, n: int, out: Path, partitions: int) -> None:
     """Write ``n`` trace lines under ``out`` as ``trace-*.jsonl``."""
     df = (
         spark.range(0, n, numPartitions=partitions)
-        .selectExpr(  # type: ignore[attr-defined]
+        .selectExpr(
             "id",
             "1 AS v",
             "IF(id % 3 = 0, 'orders', 'reports') AS topic",
