@@ -16,17 +16,22 @@ from workers.context import (
 )
 from workers.dispatcher import Dispatcher
 from workers.executors import Executor, LocalExecutor
+from workers.hooks import DispatchHook
 from workers.runner import on_start, run_app, stop_app
+from workers.settlement import Decision, Settlement
 
 logging.getLogger("chronoq.workers").addHandler(logging.NullHandler())
 
 __all__ = [
+    "Decision",
+    "DispatchHook",
     "Dispatcher",
     "Executor",
     "JobCancelled",
     "JobContext",
     "JobTimeout",
     "LocalExecutor",
+    "Settlement",
     "current_job",
     "find_current_job",
     "on_start",
