@@ -59,6 +59,68 @@ def _env_name(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
+def read_env(
+    names: Mapping[str, str],
+    environ: Mapping[str, str],
+    overrides: Mapping[str, Any],
+    *,
+    prefix: str,
+    skip_prefixes: tuple[str, ...] = (),
+    int_fields: frozenset[str] = frozenset(),
+    what: str = "setting",
+) -> dict[str, Any]:
+    """The field values of a settings class: its variables from ``environ``, then
+    ``overrides`` (shared by :class:`Settings` and each executor kind's settings).
+
+    Empty variables count as unset. Unknown variables starting with ``prefix``
+    (but not with one of ``skip_prefixes``, whose owners read them) are logged as a
+    warning with the closest known name, since a typo would otherwise be silently
+    ignored.
+
+    :param names: each field and the variable that sets it.
+    :param int_fields: fields whose variables must parse as whole numbers.
+    :param what: what a field is called in errors (``"Spark setting"``).
+    :raises InvalidSettings: for an unknown override name or a variable of an
+        ``int_fields`` field that does not parse.
+    """
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        name = unknown[0]
+        raise InvalidSettings(
+            name,
+            prefix + name.upper(),
+            overrides[name],
+            f"no such {what}; known {what}s: {', '.join(names)}",
+        )
+    by_env = {v: k for k, v in names.items()}
+    for var in sorted(
+        k
+        for k in environ
+        if k.startswith(prefix) and k not in by_env and not k.startswith(skip_prefixes)
+    ):
+        close = difflib.get_close_matches(var, list(by_env), n=1)
+        _log.warning(
+            "ignoring unknown environment variable %s%s",
+            var,
+            f" (did you mean {close[0]}?)" if close else "",
+        )
+    values: dict[str, Any] = {}
+    for name, var in names.items():
+        raw = environ.get(var)
+        if raw is None or not raw.strip():
+            continue
+        raw = raw.strip()
+        if name in int_fields:
+            try:
+                values[name] = int(raw)
+            except ValueError:
+                raise InvalidSettings(name, var, raw, "must be a whole number, e.g. 8") from None
+        else:
+            values[name] = raw
+    values.update(overrides)
+    return values
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Everything a :class:`Scheduler` and its dispatcher need to know, validated.
@@ -172,44 +234,14 @@ class Settings:
         :raises InvalidSettings: for an unknown override name, a variable that does
             not parse (``CHRONOQ_MAX_WORKERS=abc``), or any invalid value.
         """
-        env = os.environ if environ is None else environ
-        names = cls.env_names()
-        unknown = sorted(set(overrides) - set(names))
-        if unknown:
-            raise InvalidSettings(
-                unknown[0],
-                _env_name(unknown[0]),
-                overrides[unknown[0]],
-                f"no such setting; known settings: {', '.join(names)}",
-            )
-        by_env = {v: k for k, v in names.items()}
         kind_prefixes = tuple(kind.env_prefix for kind in EXECUTOR_KINDS)
-        for var in sorted(
-            k
-            for k in env
-            if k.startswith(ENV_PREFIX) and k not in by_env and not k.startswith(kind_prefixes)
-        ):
-            close = difflib.get_close_matches(var, list(by_env), n=1)
-            _log.warning(
-                "ignoring unknown environment variable %s%s",
-                var,
-                f" (did you mean {close[0]}?)" if close else "",
-            )
-        values: dict[str, Any] = {}
-        int_fields = {"max_workers", "prefetch", "past_tolerance_ms"}
-        for name, var in names.items():
-            raw = env.get(var)
-            if raw is None or raw.strip() == "":
-                continue
-            raw = raw.strip()
-            if name in int_fields:
-                try:
-                    values[name] = int(raw)
-                except ValueError:
-                    raise InvalidSettings(
-                        name, var, raw, "must be a whole number, e.g. 8"
-                    ) from None
-            else:
-                values[name] = raw
-        values.update(overrides)
+        values = read_env(
+            cls.env_names(),
+            os.environ if environ is None else environ,
+            overrides,
+            prefix=ENV_PREFIX,
+            skip_prefixes=kind_prefixes,
+            int_fields=frozenset({"max_workers", "prefetch", "past_tolerance_ms"}),
+        )
         return cls(**values)
+

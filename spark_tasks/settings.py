@@ -17,18 +17,15 @@ An empty variable counts as unset. Extra ``spark.*`` configuration comes from
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
 from scheduler.errors import InvalidSettings
+from scheduler.settings import read_env
 
 ENV_PREFIX = "CHRONOQ_SPARK_"
-
-_log = logging.getLogger("chronoq.spark_tasks.SparkSettings")
 
 
 def _env_name(name: str) -> str:
@@ -69,30 +66,13 @@ class SparkSettings:
         :param overrides: field values that win over the environment.
         :raises InvalidSettings: for an unknown override name or an invalid value.
         """
-        env = os.environ if environ is None else environ
-        names = cls.env_names()
-        unknown = sorted(set(overrides) - set(names))
-        if unknown:
-            raise InvalidSettings(
-                unknown[0],
-                _env_name(unknown[0]),
-                overrides[unknown[0]],
-                f"no such Spark setting; known settings: {', '.join(names)}",
-            )
-        by_env = {v: k for k, v in names.items()}
-        for var in sorted(k for k in env if k.startswith(ENV_PREFIX) and k not in by_env):
-            close = difflib.get_close_matches(var, list(by_env), n=1)
-            _log.warning(
-                "ignoring unknown environment variable %s%s",
-                var,
-                f" (did you mean {close[0]}?)" if close else "",
-            )
-        values: dict[str, Any] = {}
-        for name, var in names.items():
-            raw = env.get(var)
-            if raw is not None and raw.strip():
-                values[name] = raw.strip()
-        values.update(overrides)
+        values = read_env(
+            cls.env_names(),
+            os.environ if environ is None else environ,
+            overrides,
+            prefix=ENV_PREFIX,
+            what="Spark setting",
+        )
         return cls(**values)
 
 
