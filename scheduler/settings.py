@@ -244,4 +244,3 @@ class Settings:
             int_fields=frozenset({"max_workers", "prefetch", "past_tolerance_ms"}),
         )
         return cls(**values)
-
