@@ -3,8 +3,9 @@
 Each kind is declared once, as an :class:`ExecutorKind`: its name, whether it
 runs only in a dispatcher of its own (``dedicated``, today ``spark``), whether
 its jobs may name a queue, what it passes to a job before the call's arguments,
-an optional check of the job function at decoration time, the chronoq extra it
-needs, and the factory that builds its :class:`~scheduler.executor.Executor` for
+whether it runs coroutine functions (``async def``; a kind that does not refuses
+them at decoration), an optional check of the job function at decoration time,
+the chronoq extra it needs, and the factory that builds its :class:`~scheduler.executor.Executor` for
 an app (APScheduler 4's open ``job_executors`` mapping is the model).
 
 :data:`EXECUTOR_KINDS` is the registry everything reads: :class:`~scheduler.spec.JobSpec`
@@ -53,6 +54,29 @@ FunctionCheck = Callable[[Callable[..., Any]], str | None]
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}").fullmatch
 
 
+def is_coroutine_function(func: object) -> bool:
+    """Whether calling ``func`` gives a coroutine to await: an ``async def`` function,
+    a :func:`functools.partial` of one, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(
+        getattr(func, "__call__", None)  # noqa: B004 - the method itself, not callable()
+    )
+
+
+def default_kind_for(func: object) -> str:
+    """The executor kind of a job whose ``executor=`` is not given: :data:`ASYNC_KIND`
+    for a coroutine function, else :data:`LOCAL_KIND`."""
+    return ASYNC_KIND if is_coroutine_function(func) else LOCAL_KIND
+
+
+def _needs_coroutine(func: Callable[..., Any]) -> str | None:
+    if is_coroutine_function(func):
+        return None
+    return (
+        "the async executor runs async def functions; leave executor= out for a plain "
+        "function (it runs on the thread pool)"
+    )
+
+
 class UnknownExecutor(SchedulerError, LookupError):
     """No executor kind has this name.
 
@@ -95,6 +119,10 @@ class ExecutorKind:
     :param passes: what the executor passes to the job function before the call's
         own arguments, in words (``("the SparkSession",)``); a cron job's function
         must be callable with exactly these.
+    :param coroutines: its executor runs coroutine functions (``async def``) to
+        completion; a kind without it refuses them at decoration (the ``async``
+        kind has it, and is the default for a coroutine function; see
+        :func:`default_kind_for`).
     :param check: returns why a function cannot be a job of this kind, or ``None``;
         called at decoration time.
     :param extra: the chronoq extra it needs (``pip install chronoq[EXTRA]``), if any.
@@ -108,6 +136,7 @@ class ExecutorKind:
     dedicated: bool = False
     queues: bool = False
     passes: tuple[str, ...] = ()
+    coroutines: bool = False
     check: FunctionCheck | None = None
     extra: str | None = None
     factory: ExecutorFactory | None = field(default=None, compare=False)
@@ -132,10 +161,20 @@ class ExecutorKind:
         return f"CHRONOQ_{self.name.upper()}_"
 
     def check_function(self, func: Callable[..., Any]) -> None:
-        """Run the kind's :attr:`check` on a job function.
+        """Refuse a coroutine function unless the kind runs :attr:`coroutines`, then
+        run the kind's :attr:`check` on a job function.
 
-        :raises InvalidJobSpec: when the check gives a reason.
+        :raises InvalidJobSpec: for an ``async def`` function on a kind without
+            :attr:`coroutines`, or when the check gives a reason.
         """
+        if not self.coroutines and is_coroutine_function(func):
+            raise InvalidJobSpec(
+                "func",
+                func,
+                f"it is an async def function, and {self.name!r} executors run only plain "
+                f"functions: leave executor= out (or use executor={ASYNC_KIND!r}) to run it on "
+                "the dispatcher's event loop, or make it a plain def",
+            )
         if self.check is not None:
             reason = self.check(func)
             if reason:
@@ -294,11 +333,18 @@ class ExecutorRegistry:
         return f"<ExecutorRegistry {', '.join(self._kinds)}>"
 
 
+#: The kind of plain functions when ``executor=`` is not given: a thread pool.
+LOCAL_KIND = "local"
+#: The kind of coroutine functions when ``executor=`` is not given: the dispatcher's
+#: event loop (:mod:`workers.executors.event_loop`).
+ASYNC_KIND = "async"
+
 #: The kinds chronoq ships; their factories come from ``workers.executors.*``.
 BUILTIN_KINDS: tuple[ExecutorKind, ...] = (
-    ExecutorKind("local"),
+    ExecutorKind(LOCAL_KIND),
     ExecutorKind("celery", queues=True, extra="celery"),
     ExecutorKind("spark", dedicated=True, passes=("the SparkSession",), extra="spark"),
+    ExecutorKind(ASYNC_KIND, coroutines=True, check=_needs_coroutine),
 )
 
 #: The registry every part of chronoq reads.
@@ -311,8 +357,10 @@ def register_kind(kind: ExecutorKind, *, replace: bool = False) -> ExecutorKind:
 
 
 __all__ = [
+    "ASYNC_KIND",
     "BUILTIN_KINDS",
     "EXECUTOR_KINDS",
+    "LOCAL_KIND",
     "AppExecutorFactory",
     "DuplicateExecutor",
     "ExecutorFactory",
@@ -320,5 +368,7 @@ __all__ = [
     "ExecutorRegistry",
     "FunctionCheck",
     "UnknownExecutor",
+    "default_kind_for",
+    "is_coroutine_function",
     "register_kind",
 ]

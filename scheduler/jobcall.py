@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
-from types import MappingProxyType
+from types import CoroutineType, MappingProxyType
 from typing import Any, Self
 
 from broker_adapter.errors import DecodeError
@@ -38,6 +38,7 @@ _HINTS: tuple[tuple[type | tuple[type, ...], str], ...] = (
     (Decimal, "pass a str (str(value)) or an int of minor units, e.g. cents"),
     ((bytes, bytearray, memoryview), "pass text, or base64 (base64.b64encode(value).decode())"),
     ((set, frozenset), "pass a sorted list"),
+    (CoroutineType, "a coroutine object (an async function called without await): pass data"),
 )
 
 

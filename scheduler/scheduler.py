@@ -21,6 +21,7 @@ so importing an app module is cheap and side-effect free.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -47,6 +48,7 @@ from scheduler.spec import (
     JobSpec,
     MisfirePolicy,
     RetryPolicy,
+    check_job_function,
 )
 from scheduler.timing import datetime_to_ms
 from scheduler.triggers import CronTrigger
@@ -192,7 +194,7 @@ class Scheduler:
         /,
         *,
         name: str | None = None,
-        executor: str = "local",
+        executor: str | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float | timedelta | None = None,
         topic: str | None = None,
@@ -206,7 +208,7 @@ class Scheduler:
         /,
         *,
         name: str | None = None,
-        executor: str = "local",
+        executor: str | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float | timedelta | None = None,
         topic: str | None = None,
@@ -222,7 +224,9 @@ class Scheduler:
             it, so renaming a job orphans its pending messages.
         :param executor: a registered executor kind
             (:data:`~scheduler.executor_kinds.EXECUTOR_KINDS`): ``"local"`` (thread
-            pool, the default), ``"celery"``, ``"spark"``, or one registered since.
+            pool), ``"async"`` (the dispatcher's event loop), ``"celery"``,
+            ``"spark"``, or one registered since. By default ``"async"`` for an
+            ``async def`` function, else ``"local"``.
         :param max_attempts: deliveries before the message goes to the dead-letter topic.
         :param timeout: seconds (or timedelta) one attempt may run.
         :param topic: the topic of its messages; by default ``settings.topic``.
@@ -232,9 +236,11 @@ class Scheduler:
         :raises DuplicateJob: when another job already has the name.
         """
         if func is not None and not callable(func):
+            if inspect.iscoroutine(func):
+                check_job_function(func)  # raises InvalidJobSpec: decorate the function
             raise TypeError(f"@app.job takes options by keyword, e.g. @app.job(name={func!r})")
         options: dict[str, Any] = {
-            "executor": executor,
+            "executor": executor or "",
             "max_attempts": max_attempts,
             "timeout": timeout,
             "topic": topic,
@@ -260,7 +266,7 @@ class Scheduler:
         max_catch_up: int = DEFAULT_MAX_CATCH_UP,
         max_running: int = 1,
         jitter: float | timedelta | None = None,
-        executor: str = "local",
+        executor: str | None = None,
         name: str | None = None,
         topic: str | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -296,7 +302,7 @@ class Scheduler:
             max_catch_up=max_catch_up,
         )
         options: dict[str, Any] = {
-            "executor": executor,
+            "executor": executor or "",
             "max_attempts": max_attempts,
             "timeout": timeout,
             "topic": topic,

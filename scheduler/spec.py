@@ -7,6 +7,7 @@ All are frozen dataclasses validated at construction, so a bad ``@app.job`` or
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from broker_adapter.base import DEFAULT_MAX_ATTEMPTS, retry_backoff_ms
 from broker_adapter.checks import is_int
 from broker_adapter.message import MAX_KEY_CHARS, check_topic
 from scheduler.errors import InvalidJobSpec
-from scheduler.executor_kinds import EXECUTOR_KINDS
+from scheduler.executor_kinds import EXECUTOR_KINDS, default_kind_for
 from scheduler.triggers import CronTrigger
 
 Coalesce = Literal["latest", "earliest", "all"]
@@ -62,6 +63,24 @@ def check_job_name(name: object) -> str:
     if not name.isprintable() or any(c.isspace() for c in name):
         raise InvalidJobSpec("name", name, "a job name has no whitespace or control characters")
     return name
+
+
+def check_job_function(func: object) -> None:
+    """Raise :class:`InvalidJobSpec` unless ``func`` can be a job's function.
+
+    A coroutine *object* (``hello(1)`` of an ``async def hello``) is refused with
+    what to do: decorate the function itself.
+    """
+    if inspect.iscoroutine(func):
+        name = getattr(func, "__qualname__", "the function")
+        raise InvalidJobSpec(
+            "func",
+            func,
+            f"this is a coroutine object, not a function ({name}(...) was called); "
+            f"decorate the async def function itself: @app.job above 'async def {name}'",
+        )
+    if not callable(func):
+        raise InvalidJobSpec("func", func, "a job wraps a callable")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +184,9 @@ class JobSpec:
         SparkSession for ``executor="spark"``).
     :param executor: the name of a registered executor kind
         (:data:`~scheduler.executor_kinds.EXECUTOR_KINDS`): ``"local"`` (thread pool),
-        ``"celery"``, ``"spark"``, or one registered since.
+        ``"async"`` (the dispatcher's event loop), ``"celery"``, ``"spark"``, or one
+        registered since; ``""`` (the default) picks by the function: ``"async"`` for
+        an ``async def`` function, else ``"local"``.
     :param max_attempts: deliveries before the message goes to the dead-letter topic.
     :param timeout: seconds (or timedelta) one attempt may run; ``None`` for no limit.
     :param topic: the topic its messages go to; ``None`` for the settings' topic.
@@ -178,7 +199,7 @@ class JobSpec:
 
     name: str
     func: Callable[..., Any] = field(compare=False)
-    executor: str = "local"
+    executor: str = ""
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     timeout: float | None = None
     topic: str | None = None
@@ -187,8 +208,9 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         check_job_name(self.name)
-        if not callable(self.func):
-            raise InvalidJobSpec("func", self.func, "a job wraps a callable")
+        check_job_function(self.func)
+        if self.executor == "":
+            object.__setattr__(self, "executor", default_kind_for(self.func))
         kind = EXECUTOR_KINDS.find(self.executor)
         if kind is None:
             known = EXECUTOR_KINDS.names()
@@ -305,6 +327,7 @@ __all__ = [
     "JobSpec",
     "MisfirePolicy",
     "RetryPolicy",
+    "check_job_function",
     "check_job_name",
     "cron_key",
     "parse_cron_key",

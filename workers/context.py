@@ -12,7 +12,10 @@ cancel event. A long job should look at it between steps::
             job.raise_if_cancelled()        # raises JobCancelled once cancelled
             write(chunk)
 
-or wait on it instead of sleeping (``job.cancelled.wait(5)``). Whatever the job
+or wait on it instead of sleeping (``job.cancelled.wait(5)``). An ``async def``
+job is cancelled for real: its executor registers a callback
+(:meth:`JobContext.on_cancel`) that cancels its task, so the job sees
+:class:`asyncio.CancelledError` at its next ``await``. Whatever the job
 does after its cancellation is ignored: the message was already retried or
 released, so the job body must be idempotent (delivery is at least once).
 
@@ -27,7 +30,8 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from types import CoroutineType
 from typing import Any
 
 from broker_adapter.errors import ChronoqError
@@ -77,6 +81,7 @@ class JobContext:
 
     __slots__ = (
         "_clock_ms",
+        "_on_cancel",
         "call",
         "cancel_reason",
         "cancelled",
@@ -108,6 +113,7 @@ class JobContext:
         self.started_mono: float | None = None
         #: The dispatcher clock's time (epoch ms) when the body started.
         self.started_ms: float | None = None
+        self._on_cancel: Callable[[str], None] | None = None
 
     @property
     def name(self) -> str:
@@ -142,10 +148,27 @@ class JobContext:
             raise JobCancelled(self.spec.name, self.cancel_reason or "cancelled")
 
     def cancel(self, reason: str) -> None:
-        """Ask the job to stop (the dispatcher does this; jobs only read it)."""
+        """Ask the job to stop (the dispatcher does this; jobs only read it), and call
+        the callback given to :meth:`on_cancel`, if any."""
         if not self.cancelled.is_set():
             self.cancel_reason = reason
             self.cancelled.set()
+        callback = self._on_cancel
+        if callback is not None:
+            callback(reason)
+
+    def on_cancel(self, callback: Callable[[str], None]) -> None:
+        """Have :meth:`cancel` also call ``callback(reason)`` (an executor that can stop
+        the job for real registers one, e.g. to cancel an asyncio task); called at
+        once when the job was already cancelled. One callback per job: a second call
+        replaces the first.
+
+        The callback may run in any thread and more than once (a cancel racing this
+        registration), so it must be idempotent, quick and must not raise.
+        """
+        self._on_cancel = callback
+        if self.cancelled.is_set():
+            callback(self.cancel_reason or "cancelled")
 
     def mark_started(self) -> None:
         """Record that the body starts now (executors call this in the job's thread)."""
@@ -184,16 +207,55 @@ def find_current_job() -> JobContext | None:
     return _CURRENT.get()
 
 
+class CoroutineNotAwaited(ChronoqError, TypeError):
+    """A job run by an executor of plain functions returned a coroutine: it would be
+    counted a success without running (its function is a plain ``def`` that returns
+    a coroutine, e.g. an async function wrapped by a sync decorator).
+
+    :param name: the job function's name.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"job function {name} returned a coroutine, which was not run; make it an "
+            "async def function (it then runs on the dispatcher's event loop, "
+            "executor='async'), or await the coroutine inside it"
+        )
+
+
 def run_job(func: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
     """Call ``func(*args, **kwargs)`` as a job body: marks the start time first.
 
     Executors that run the body in this process call it inside a copy of the
     submitting context (see the module docstring).
+
+    :raises CoroutineNotAwaited: when the call returns a coroutine (it is closed).
     """
     job = _CURRENT.get()
     if job is not None:
         job.mark_started()
-    return func(*args, **kwargs)
+    result = func(*args, **kwargs)
+    if type(result) is CoroutineType:
+        result.close()
+        raise CoroutineNotAwaited(getattr(func, "__qualname__", repr(func)))
+    return result
+
+
+async def run_async_job(
+    func: Callable[..., Coroutine[Any, Any, Any]],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> Any:
+    """Await ``func(*args, **kwargs)`` as a job body: marks the start time first.
+
+    The async counterpart of :func:`run_job`, for executors that run coroutine
+    functions on an event loop (in a task whose context is the submitting one's copy).
+    """
+    job = _CURRENT.get()
+    if job is not None:
+        job.mark_started()
+    return await func(*args, **kwargs)
 
 
 def set_current(job: JobContext | None) -> contextvars.Token[JobContext | None]:
@@ -207,12 +269,14 @@ def reset_current(token: contextvars.Token[JobContext | None]) -> None:
 
 
 __all__ = [
+    "CoroutineNotAwaited",
     "JobCancelled",
     "JobContext",
     "JobTimeout",
     "current_job",
     "find_current_job",
     "reset_current",
+    "run_async_job",
     "run_job",
     "set_current",
 ]

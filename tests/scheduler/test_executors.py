@@ -105,7 +105,7 @@ def test_one_call_registers_a_kind_a_dispatcher_builds_and_runs(
     with Dispatcher(app) as dispatcher:
         inline = dispatcher.executors["inline"]
         assert isinstance(inline, InlineExecutor) and isinstance(inline, Executor)
-        assert set(dispatcher.executors) == {"local", "inline"}
+        assert set(dispatcher.executors) == {"local", "async", "inline"}
         assert dispatcher.run_until_idle() == 1
     # Then the executor built from the kind ran it, and the dispatcher shut it down
     assert seen == [("tag of chronoq.workers", 5)]
