@@ -104,6 +104,8 @@ class EventLoopExecutor:
 
         :raises RuntimeError: when the executor is shut down.
         """
+        if self._closed:
+            raise RuntimeError("the async executor is shut down")
         loop = self._loop or self._start()
         fut: Future[Any] = Future()
         ctx = contextvars.copy_context()
