@@ -1,9 +1,11 @@
 """chronoq's message layer: timed messages, abort messages, consumer groups.
 
 ``open_broker(url)`` opens an adapter; the embedded RocksDB broker
-(``rocksdb://PATH``) is the default everywhere.
+(``rocksdb://PATH``) is the default everywhere. ``open_async_broker(url)`` opens
+its awaitable client (:mod:`broker_adapter.async_base`).
 """
 
+from broker_adapter.async_base import AsyncBrokerAdapter
 from broker_adapter.base import BrokerAdapter, Consumer, SendCallback
 from broker_adapter.clock import Clock, ManualClock, SystemClock
 from broker_adapter.errors import ChronoqError
@@ -20,12 +22,13 @@ from broker_adapter.results import (
     SendStatus,
     TopicStats,
 )
-from broker_adapter.urls import open_broker
+from broker_adapter.urls import open_async_broker, open_broker
 
 __all__ = [
     "DELAY_LEVELS",
     "AbortResult",
     "AbortStatus",
+    "AsyncBrokerAdapter",
     "BrokerAdapter",
     "BrokerStats",
     "ChronoqError",
@@ -42,5 +45,6 @@ __all__ = [
     "SendStatus",
     "SystemClock",
     "TopicStats",
+    "open_async_broker",
     "open_broker",
 ]

@@ -12,6 +12,7 @@ import importlib
 from typing import Any
 from urllib.parse import parse_qsl
 
+from broker_adapter.async_base import AsyncBrokerAdapter, ThreadedAsyncBroker
 from broker_adapter.base import BrokerAdapter
 from broker_adapter.errors import InvalidArgument, UnknownScheme
 
@@ -24,6 +25,11 @@ ADAPTERS: dict[str, str] = {
     "redis+cluster": "broker_adapter.redis.broker:RedisBroker",
     "redis+sentinel": "broker_adapter.redis.broker:RedisBroker",
 }
+
+#: scheme -> "module:Class" of the adapters that speak their protocol on the event loop
+#: (each has ``from_url(url, **kwargs)``); any other scheme gets its sync adapter
+#: behind a :class:`~broker_adapter.async_base.ThreadedAsyncBroker`.
+ASYNC_ADAPTERS: dict[str, str] = {}
 
 
 def split_url(url: str) -> tuple[str, str, dict[str, str]]:
@@ -50,6 +56,28 @@ def open_broker(url: str, **kwargs: Any) -> BrokerAdapter:
     target = ADAPTERS.get(scheme)
     if target is None:
         raise UnknownScheme(url, list(ADAPTERS))
+    broker: BrokerAdapter = _adapter_class(url, target).from_url(url, **kwargs)
+    return broker
+
+
+def open_async_broker(url: str, **kwargs: Any) -> AsyncBrokerAdapter:
+    """Open the awaitable client of the broker that ``url`` names (see
+    :mod:`broker_adapter.async_base`): a native one where the scheme has one
+    (:data:`ASYNC_ADAPTERS`), else the sync adapter on a thread pool, owned (and
+    closed) by the returned adapter. Opening connects nothing yet; the first call does.
+
+    :raises UnknownScheme: for a scheme no adapter serves.
+    :raises InvalidArgument: for a malformed URL.
+    """
+    target = ASYNC_ADAPTERS.get(split_url(url)[0])
+    if target is None:
+        return ThreadedAsyncBroker(open_broker(url, **kwargs), own=True)
+    adapter: AsyncBrokerAdapter = _adapter_class(url, target).from_url(url, **kwargs)
+    return adapter
+
+
+def _adapter_class(url: str, target: str) -> Any:
+    """The class ``"module:Class"`` names, imported now (adapters load lazily)."""
     module_name, _, class_name = target.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -57,9 +85,7 @@ def open_broker(url: str, **kwargs: Any) -> BrokerAdapter:
         if e.name and e.name.startswith("broker_adapter"):
             raise UnknownScheme(url, [s for s in ADAPTERS if s == "rocksdb"]) from e
         raise
-    adapter: Any = getattr(module, class_name)
-    broker: BrokerAdapter = adapter.from_url(url, **kwargs)
-    return broker
+    return getattr(module, class_name)
 
 
-__all__ = ["ADAPTERS", "open_broker", "split_url"]
+__all__ = ["ADAPTERS", "ASYNC_ADAPTERS", "open_async_broker", "open_broker", "split_url"]
