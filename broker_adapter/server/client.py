@@ -19,7 +19,6 @@ import dataclasses
 import logging
 import threading
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,10 +35,8 @@ from broker_adapter.results import (
     AbortResult,
     AbortStatus,
     BrokerStats,
-    GroupStats,
     MessageView,
     SendResult,
-    TopicStats,
 )
 from broker_adapter.server import values as V
 from broker_adapter.server.consumer import RemoteConsumer
@@ -51,6 +48,14 @@ from broker_adapter.server.endpoint import (
 )
 from broker_adapter.server.fault import FaultTolerance
 from broker_adapter.server.link import REQUEST_TIMEOUT_S, RequestTimeout
+from broker_adapter.server.routing import (
+    ABORT_RANK,
+    fixed_index,
+    key_index,
+    merge_pending,
+    merge_stats,
+    split_node_id,
+)
 from broker_adapter.urls import split_url
 
 log = logging.getLogger("chronoq.broker_adapter.RemoteBroker")
@@ -58,7 +63,6 @@ log.addHandler(logging.NullHandler())
 
 DEFAULT_SEND_TIMEOUT_MS = 3_000
 DEFAULT_RETRIES = 2
-_ABORT_RANK = {AbortStatus.ABORTED: 0, AbortStatus.ALREADY_DELIVERED: 1, AbortStatus.NOT_FOUND: 2}
 
 
 class RemoteBroker(AdapterBase):
@@ -112,8 +116,9 @@ class RemoteBroker(AdapterBase):
 
     def _route(self, msg_id: str) -> list[tuple[Endpoint, str]]:
         """Where to look for ``msg_id``: ``(endpoint, server id)`` pairs."""
-        node, sep, raw = msg_id.partition(":")
-        if sep and len(node) == 8:
+        split = split_node_id(msg_id)
+        if split is not None:
+            node, raw = split
             for ep in self.endpoints:
                 if ep.known_node(self.check_open) == node:
                     return [(ep, raw)]
@@ -125,17 +130,11 @@ class RemoteBroker(AdapterBase):
 
     def _target(self, messages: Sequence[Message]) -> int | None:
         """The fixed endpoint of keyed messages, or ``None`` for round-robin."""
-        if not self.multi:
-            return 0
-        for m in messages:
-            if m.key is not None:
-                return self._key_index(m.topic, m.key)
-        return None
+        return fixed_index(messages, len(self.endpoints))
 
     def _key_index(self, topic: str, key: str) -> int:
         """The endpoint that owns ``key`` on ``topic``."""
-        data = f"{topic}\x00{key}".encode("utf-8", "surrogatepass")
-        return zlib.crc32(data) % len(self.endpoints)
+        return key_index(topic, key, len(self.endpoints))
 
     def _send_sync(self, messages: Sequence[Message], op: str, args: dict[str, Any]) -> Any:
         """Run a send with the timeout, retries and fault avoidance of sync sends."""
@@ -274,7 +273,7 @@ class RemoteBroker(AdapterBase):
                 AbortStatus(status),
                 msg_id if msg_id is not None else (None if mid is None else self.tag(ep, mid)),
             )
-            if _ABORT_RANK[result.status] < _ABORT_RANK[best.status]:
+            if ABORT_RANK[result.status] < ABORT_RANK[best.status]:
                 best = result
             if best.status is AbortStatus.ABORTED:
                 break
@@ -301,25 +300,11 @@ class RemoteBroker(AdapterBase):
             )
             prefix = f"{ep.node}:" if self.multi else ""
             views.extend(V.decode_view(v, prefix) for v in got)
-        if self.multi:
-            views.sort(key=lambda v: v.deliver_at_ms)
-        return views[:limit]
+        return merge_pending(views, limit, self.multi)
 
     def _stats(self) -> BrokerStats:
         """See :meth:`BrokerAdapter.stats` (summed over endpoints)."""
-        topics: dict[str, list[int]] = {}
-        groups: dict[str, list[int]] = {}
-        for ep in self.endpoints:
-            s = self._call(ep, "stats", {})
-            for into, part in ((topics, s["topics"]), (groups, s["groups"])):
-                for name, values in part.items():
-                    acc = into.setdefault(name, [0, 0, 0, 0])
-                    for i, v in enumerate(values):
-                        acc[i] += v
-        return BrokerStats(
-            topics={n: TopicStats(*v) for n, v in topics.items()},
-            groups={n: GroupStats(*v) for n, v in groups.items()},
-        )
+        return merge_stats([self._call(ep, "stats", {}) for ep in self.endpoints])
 
     def _consumer(self, group: str, names: tuple[str, ...], limits: ConsumerLimits) -> Consumer:
         """See :meth:`BrokerAdapter.consumer` (one member per endpoint; the limits

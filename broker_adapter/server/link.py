@@ -27,9 +27,9 @@ from broker_adapter.errors import (
     AuthenticationFailed,
     ChronoqError,
     ConnectionFailed,
-    InvalidArgument,
 )
 from broker_adapter.server import protocol as P
+from broker_adapter.server.session import check_request_size, hello_request, read_hello
 
 log = logging.getLogger("chronoq.broker_adapter.Link")
 log.addHandler(logging.NullHandler())
@@ -95,27 +95,21 @@ class Link:
         self._error: ChronoqError | None = None
         self._frames = P.FrameReader(self._sock)
         try:
-            self._sock.sendall(P.request(0, "hello", {"v": P.VERSION, "token": token}))
+            self._sock.sendall(hello_request(token))
             answer = self._frames.frames()
             if answer is None:
                 raise ConnectionFailed(f"{self.address} closed the connection at hello")
-            resp = P.decode_response(answer[0])
+            hello = read_hello(answer[0], self.address)
         except (OSError, P.ProtocolError) as e:
             self._abandon()
             raise ConnectionFailed(f"hello to {self.address} failed: {e}") from e
-        except ConnectionFailed:
+        except (ConnectionFailed, AuthenticationFailed):
             self._abandon()
             raise
-        if not resp.ok:
-            self._abandon()
-            error = P.decode_error(resp.result)
-            if isinstance(error, AuthenticationFailed):
-                raise error
-            raise ConnectionFailed(f"{self.address} refused the connection: {error}")
-        self.info: dict[str, Any] = resp.result
-        self.node: str = str(self.info.get("node", ""))
-        self.max_body: int = int(self.info.get("max_body", 4 * 1024 * 1024))
-        self.max_frame: int = int(self.info.get("max_frame", P.MAX_FRAME))
+        self.info: dict[str, Any] = hello.info
+        self.node: str = hello.node
+        self.max_body: int = hello.max_body
+        self.max_frame: int = hello.max_frame
         # A blocking socket whose receives (only) give up after a short while, so a
         # reader with a deadline needs no poll call per read. (A socket timeout would
         # also bound other threads' sendall, and could cut a frame in half.)
@@ -240,11 +234,7 @@ class Link:
     def _submit(self, op: str, args: dict[str, Any], done: Done) -> int:
         rid = next(self._rids)  # atomic: itertools.count holds the GIL throughout
         data = P.request(rid, op, args)
-        if len(data) - 4 > self.max_frame:
-            raise InvalidArgument(
-                f"request of {len(data)} bytes is over the server's frame "
-                f"limit of {self.max_frame}; send fewer messages at once"
-            )
+        check_request_size(data, self.max_frame)
         with self._lock:
             if not self._alive:
                 raise self._error or ConnectionFailed(f"link to {self.address} is closed")
