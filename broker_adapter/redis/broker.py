@@ -16,7 +16,6 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-import msgpack
 import redis
 
 from broker_adapter.adapter import AdapterBase, ConsumerLimits
@@ -29,34 +28,36 @@ from broker_adapter.base import (
 )
 from broker_adapter.checks import check_int, check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
-from broker_adapter.errors import InvalidDelay
 from broker_adapter.message import Message
 from broker_adapter.redis import keys as K
 from broker_adapter.redis.acks import AckBatcher
+from broker_adapter.redis.client_calls import (
+    abort_call,
+    abort_result,
+    message_keys,
+    pending_calls,
+    pending_views,
+    plan_send,
+    retry_groups,
+    stat_keys,
+)
 from broker_adapter.redis.connect import open_client
 from broker_adapter.redis.consumer import RedisConsumer
 from broker_adapter.redis.firer import Firer, Listener
 from broker_adapter.redis.keys import Keyspace
 from broker_adapter.redis.news import ReadyNews
-from broker_adapter.redis.scripts import Call, Scripts, redis_errors
-from broker_adapter.redis.views import build_stats, build_view, pending_view, record_view
+from broker_adapter.redis.scripts import Scripts, redis_errors
+from broker_adapter.redis.views import build_stats, build_view, record_view
 from broker_adapter.results import (
     AbortResult,
     AbortStatus,
     BrokerStats,
     MessageView,
     SendResult,
-    SendStatus,
 )
 
 log = logging.getLogger("chronoq.broker_adapter.RedisBroker")
 log.addHandler(logging.NullHandler())
-
-_ABORT = {
-    b"A": AbortStatus.ABORTED,
-    b"D": AbortStatus.ALREADY_DELIVERED,
-    b"N": AbortStatus.NOT_FOUND,
-}
 
 
 class RedisBroker(AdapterBase):
@@ -163,92 +164,15 @@ class RedisBroker(AdapterBase):
         written. Each message goes as one
         msgpack record packed here (``send.lua`` stores it as it is)."""
         keys = self._keys
-        now = self._clock.now_ms()
-        limit = now + self._max_delay_ms
-        count = keys.shards
         with self._rr_lock:
             rr = self._rr
-            self._rr = (rr + 1) % count
-        pack = msgpack.Packer(use_bin_type=False).pack
-        # per shard: message indexes, keyless counts per topic, the records
-        per_shard: dict[int, tuple[list[int], dict[str, int], list[Any]]] = {}
-        dues: list[int] = []
-        keyless = sum(1 for m in messages if m.key is None) or 1
-        j = 0
-        for i, m in enumerate(messages):
-            props = m.properties_bytes() if m.properties else b""
-            at = m.deliver_at_ms
-            due = max(now, at) if at is not None else m.deliver_at(now)
-            if due > limit:
-                raise InvalidDelay(
-                    "delay",
-                    due - now,
-                    f"due after the broker's max delay of {self._max_delay_ms} ms",
-                )
-            dues.append(due)
-            key = m.key
-            if key is None:
-                # keyless messages: the batch is cut into equal runs, one per shard
-                shard = (rr + j * count // keyless) % count if count > 1 else 0
-                j += 1
-            else:
-                shard = K.key_shard(m.topic, key, count)
-            entry = per_shard.get(shard)
-            if entry is None:
-                entry = per_shard[shard] = ([], {}, [])
-            entry[0].append(i)
-            if key is None:
-                entry[1][m.topic] = entry[1].get(m.topic, 0) + 1
-                entry[2].append(
-                    b"%015d-" % due
-                    + pack((m.topic, due, now, "", m.tags or "", props, m.body, due))
-                )
-            else:
-                entry[2].append(
-                    b"%015dk" % due
-                    + pack(
-                        (
-                            m.topic,
-                            due,
-                            now,
-                            key,
-                            m.tags or "",
-                            props,
-                            m.body,
-                            at if at is not None else due,
-                        )
-                    )
-                )
-        shards = list(per_shard)
-        groups: list[list[Any]] = []
-        for s in shards:
-            _idx, topics, records = per_shard[s]
-            group: list[Any] = [keys.bases[s], s, len(topics), len(records)]
-            for topic, c in topics.items():
-                group += (topic, c)
-            group += records
-            groups.append(group)
+            self._rr = (rr + 1) % keys.shards
+        plan = plan_send(messages, keys, self._clock.now_ms(), self._max_delay_ms, rr)
         with redis_errors("send"):
-            replies = self._scripts.fan(
-                "send", [keys.due_keys[s] for s in shards], (keys.wake_channel,), groups
-            )
-        results: list[SendResult] = [None] * len(messages)  # type: ignore[list-item]
-        ok, duplicate = SendStatus.OK, SendStatus.DUPLICATE
-        for s, (last, wake, dups) in zip(shards, replies, strict=True):
-            idx = per_shard[s][0]
-            dup_at = {int(dups[k]) - 1: k for k in range(0, len(dups), 3)}
-            n = int(last)
-            for pos, i in enumerate(idx):
-                k = dup_at.get(pos)
-                if k is None:
-                    n += 1
-                    results[i] = SendResult(ok, f"{s}-{n}", dues[i])
-                else:
-                    results[i] = SendResult(
-                        duplicate, f"{s}-{dups[k + 1].decode()}", int(dups[k + 2])
-                    )
-            if wake >= 0:
-                self._firer.note_due(s, wake)
+            replies = self._scripts.fan("send", plan.due_keys, (keys.wake_channel,), plan.groups)
+        results, wakes = plan.results(replies)
+        for shard, due in wakes:
+            self._firer.note_due(shard, due)
         return results
 
     def _flush(self, timeout_s: float) -> None:
@@ -261,23 +185,13 @@ class RedisBroker(AdapterBase):
 
     def _abort(self, msg_id: str | None, key: str | None, topic: str | None) -> AbortResult:
         """See :meth:`BrokerAdapter.abort`."""
-        keys = self._keys
-        count = keys.shards
-        if msg_id is not None:
-            parsed = K.parse_id(msg_id, count)
-            if parsed is None:
-                return AbortResult(AbortStatus.NOT_FOUND, msg_id)
-            shard, target, mode = parsed[0], parsed[1], "id"
-        else:
-            assert key is not None and topic is not None
-            shard, target, mode = K.key_shard(topic, key, count), f"{topic}\0{key}", "key"
+        call = abort_call(self._keys, msg_id, key, topic, self._retention_ms)
+        if call is None:
+            return AbortResult(AbortStatus.NOT_FOUND, msg_id)
+        shard, (name, due_key, args) = call
         with redis_errors("abort"):
-            status, n = self._scripts.call(
-                "abort", keys.due_keys[shard], (keys.bases[shard], mode, target, self._retention_ms)
-            )
-        if not n:
-            return AbortResult(AbortStatus.NOT_FOUND, None)
-        return AbortResult(_ABORT[status], K.make_id(shard, n.decode()))
+            reply = self._scripts.call(name, due_key, args)
+        return abort_result(shard, reply)
 
     def _query(self, msg_id: str) -> MessageView | None:
         """See :meth:`BrokerAdapter.query`."""
@@ -286,55 +200,43 @@ class RedisBroker(AdapterBase):
         if parsed is None:
             return None
         shard, n = parsed
-        base = keys.bases[shard]
+        bucket_key, message_key, body_key = message_keys(keys, shard, n)
         with redis_errors("query"):
             self._acks.flush()
             pipe = self._client.pipeline(transaction=False)
-            # first: a fire may turn it into the hash
-            pipe.hget(f"{base}{K.PENDING}{int(n) // K.PENDING_BUCKET}", n)
-            pipe.hgetall(f"{base}{K.MESSAGE}{n}")
-            pipe.strlen(f"{base}{K.BODY}{n}")
+            pipe.hget(bucket_key, n)
+            pipe.hgetall(message_key)
+            pipe.strlen(body_key)
             record, fields, body_size = pipe.execute()
             if record is not None:
                 return record_view(msg_id, record)
             if not fields:
                 return None
             retry_due = {}
-            for name, value in fields.items():
-                if name[:1] == b"G" and value[:1] == b"P":
-                    group = name[1:].decode()
-                    score = self._client.zscore(keys.due_keys[shard], f"{n}|{group}")
-                    if score is not None:
-                        retry_due[group] = int(score)
+            for group in retry_groups(fields):
+                score = self._client.zscore(keys.due_keys[shard], f"{n}|{group}")
+                if score is not None:
+                    retry_due[group] = int(score)
         return build_view(msg_id, fields, retry_due, int(body_size))
 
     def _pending(
         self, topic: str | None, start_ms: int | None, end_ms: int | None, limit: int
     ) -> list[MessageView]:
         """See :meth:`BrokerAdapter.pending`."""
-        lo = "-inf" if start_ms is None else str(int(start_ms))
-        hi = "+inf" if end_ms is None else str(int(end_ms))
-        calls: list[Call] = [
-            ("pending", key, (base, lo, hi, limit, topic or ""))
-            for base, key in zip(self._keys.bases, self._keys.due_keys, strict=True)
-        ]
         with redis_errors("pending"):
             self._acks.flush()
-            replies = self._scripts.pipeline(calls)
-        rows = []
-        for s, packed in enumerate(replies):
-            for row in msgpack.unpackb(packed, raw=True):
-                rows.append((row[1], s, int(row[0]), row))
-        rows.sort(key=lambda r: r[:3])
-        return [pending_view(K.make_id(s, row[0].decode()), row) for _, s, _, row in rows[:limit]]
+            replies = self._scripts.pipeline(
+                pending_calls(self._keys, topic, start_ms, end_ms, limit)
+            )
+        return pending_views(replies, limit)
 
     def _stats(self) -> BrokerStats:
         """See :meth:`BrokerAdapter.stats`."""
         with redis_errors("stats"):
             self._acks.flush()
             pipe = self._client.pipeline(transaction=False)
-            for base in self._keys.bases:
-                pipe.hgetall(base + K.STAT)
+            for key in stat_keys(self._keys):
+                pipe.hgetall(key)
             hashes = pipe.execute()
         return build_stats(hashes)
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlencode
 
@@ -19,12 +20,32 @@ INT_PARAMS = ("shards", "max_body_bytes", "max_delay_ms", "retention_ms", "fire_
 TIMEOUTS = {"socket_connect_timeout": 5, "socket_timeout": 30}
 
 
-def open_client(url: str) -> tuple[Any, dict[str, Any]]:
-    """A ``redis.Redis`` (or ``redis.RedisCluster`` for ``redis+cluster://host:port``, an
-    entry node) for ``url``, and the broker options found in its query string.
+@dataclass(frozen=True)
+class ClientSpec:
+    """The Redis a broker URL names, before any client is made (the blocking and the
+    asyncio broker make their own from it).
 
-    :raises InvalidArgument: for a malformed broker parameter.
-    :raises ConnectionFailed: when a cluster's entry node cannot be reached.
+    :ivar kind: ``"single"`` (one instance), ``"cluster"`` (an entry node) or ``"sentinel"``.
+    :ivar url: the redis-py URL of the instance or entry node (``""`` for Sentinel).
+    :ivar sentinels: the Sentinels' ``(host, port)``.
+    :ivar service: the master's name at the Sentinels.
+    :ivar master_kwargs: the Sentinel master's client arguments.
+    :ivar sentinel_kwargs: the Sentinels' client arguments.
+    """
+
+    kind: str
+    url: str = ""
+    sentinels: tuple[tuple[str, int], ...] = ()
+    service: str = ""
+    master_kwargs: dict[str, Any] = field(default_factory=dict)
+    sentinel_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_url(url: str) -> tuple[ClientSpec, dict[str, Any]]:
+    """The Redis ``url`` names (``redis://``, ``rediss://``, ``redis+cluster://host:port``
+    or ``redis+sentinel://...``) and the broker options found in its query string.
+
+    :raises InvalidArgument: for a malformed broker parameter or Sentinel URL.
     """
     scheme, rest, params = split_url(url)
     opts: dict[str, Any] = {}
@@ -43,17 +64,35 @@ def open_client(url: str) -> tuple[Any, dict[str, Any]]:
             continue
         del params[name]
     query = f"?{urlencode(params)}" if params else ""
+    if scheme == "redis+sentinel":
+        return sentinel_spec(url, rest, params), opts
+    if scheme == "redis+cluster":
+        return ClientSpec("cluster", f"redis://{rest}{query}"), opts
+    return ClientSpec("single", f"{scheme}://{rest}{query}"), opts
+
+
+def open_client(url: str) -> tuple[Any, dict[str, Any]]:
+    """A ``redis.Redis`` (or ``redis.RedisCluster`` for ``redis+cluster://host:port``, an
+    entry node) for ``url``, and the broker options found in its query string.
+
+    :raises InvalidArgument: for a malformed broker parameter.
+    :raises ConnectionFailed: when a cluster's entry node cannot be reached.
+    """
+    spec, opts = parse_url(url)
     with redis_errors("connect"):
-        if scheme == "redis+sentinel":
-            client: Any = sentinel_client(url, rest, params)
-        elif scheme == "redis+cluster":
-            client = redis.RedisCluster.from_url(f"redis://{rest}{query}", **TIMEOUTS)
+        if spec.kind == "sentinel":
+            sentinel: Any = Sentinel(  # type: ignore[no-untyped-call]
+                spec.sentinels, sentinel_kwargs=spec.sentinel_kwargs, **TIMEOUTS
+            )
+            client: Any = sentinel.master_for(spec.service, **spec.master_kwargs)
+        elif spec.kind == "cluster":
+            client = redis.RedisCluster.from_url(spec.url, **TIMEOUTS)
         else:
-            client = redis.Redis.from_url(f"{scheme}://{rest}{query}", **TIMEOUTS)
+            client = redis.Redis.from_url(spec.url, **TIMEOUTS)
     return client, opts
 
 
-def sentinel_client(url: str, rest: str, params: dict[str, str]) -> Any:
+def sentinel_spec(url: str, rest: str, params: dict[str, str]) -> ClientSpec:
     """The master of ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
     as Redis Sentinel names it (and names it again after a failover). The user and
     password are the master's; ``sentinel_password`` in the query is the sentinels'.
@@ -88,7 +127,4 @@ def sentinel_client(url: str, rest: str, params: dict[str, str]) -> Any:
         raise InvalidArgument(f"db in {url!r} must be an int") from e
     for name, value in params.items():
         kwargs[name] = float(value) if name.endswith("timeout") else value
-    sentinel: Any = Sentinel(  # type: ignore[no-untyped-call]
-        sentinels, sentinel_kwargs=sentinel_kwargs, **TIMEOUTS
-    )
-    return sentinel.master_for(service, **kwargs)
+    return ClientSpec("sentinel", "", tuple(sentinels), service, kwargs, sentinel_kwargs)
