@@ -30,6 +30,7 @@ ADAPTERS: dict[str, str] = {
 #: (each has ``from_url(url, **kwargs)``); any other scheme gets its sync adapter
 #: behind a :class:`~broker_adapter.async_base.ThreadedAsyncBroker`.
 ASYNC_ADAPTERS: dict[str, str] = {}
+ASYNC_ADAPTERS["chronoq"] = "broker_adapter.server.async_client:AsyncRemoteBroker"
 
 
 def split_url(url: str) -> tuple[str, str, dict[str, str]]:

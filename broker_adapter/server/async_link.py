@@ -1,0 +1,278 @@
+"""AsyncLink: one client connection to one broker server on an asyncio event loop.
+
+The asyncio twin of :class:`~broker_adapter.server.link.Link`, same protocol
+(:mod:`~broker_adapter.server.protocol`, the hello of :mod:`~broker_adapter.server.session`):
+any number of coroutines send requests over one connection (pipelining), and
+one reader task matches each answer to its request by id. Nothing blocks the
+loop: reads and writes are the loop's own streams, and the requests made within
+one turn of the loop go out in one write (the server then stores consecutive
+sends as one batch). When the connection breaks, every waiting request fails
+with :class:`~broker_adapter.errors.ConnectionFailed` and the link is dead;
+:class:`AsyncEndpoint` makes a new one on the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from broker_adapter.errors import (
+    ChronoqError,
+    ConnectionFailed,
+    InvalidArgument,
+)
+from broker_adapter.server import protocol as P
+from broker_adapter.server.link import RequestTimeout
+from broker_adapter.server.session import (
+    ServerHello,
+    check_request_size,
+    hello_request,
+    read_hello,
+)
+
+log = logging.getLogger("chronoq.broker_adapter.AsyncLink")
+log.addHandler(logging.NullHandler())
+
+#: Bytes the reader's stream buffers before it stops reading the socket.
+READ_BUFFER = 1024 * 1024
+#: Bytes queued on the transport past which a caller waits for it to drain.
+WRITE_HIGH_WATER = 1024 * 1024
+
+
+async def read_frame(reader: asyncio.StreamReader, limit: int) -> bytes:
+    """The payload of the next frame.
+
+    :raises asyncio.IncompleteReadError: when the stream ends (inside a frame or not).
+    :raises FrameTooLarge: for a length of 0 or over ``limit``.
+    """
+    header = await reader.readexactly(P.HEADER.size)
+    return await reader.readexactly(P.check_length(P.HEADER.unpack(header)[0], limit))
+
+
+class AsyncLink:
+    """A connected, authenticated link; made by :meth:`open`."""
+
+    def __init__(
+        self,
+        address: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        hello: ServerHello,
+    ) -> None:
+        self.address = address
+        self.hello = hello
+        self.loop = asyncio.get_running_loop()
+        self._reader = reader
+        self._writer = writer
+        self._rids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._out: list[bytes] = []  # frames of this turn of the loop, written at its end
+        self._alive = True
+        self._error: ChronoqError | None = None
+        self._task = self.loop.create_task(self._read_loop(), name=f"chronoq-link-{address}")
+
+    @classmethod
+    async def open(
+        cls, host: str, port: int, token: str | None, connect_timeout_s: float = 3.0
+    ) -> AsyncLink:
+        """Connect to ``host:port`` and say hello, within ``connect_timeout_s``.
+
+        :raises ConnectionFailed: when the server cannot be reached or breaks the hello.
+        :raises AuthenticationFailed: when it refuses the token.
+        """
+        address = f"{host}:{port}"
+        try:
+            async with asyncio.timeout(connect_timeout_s):
+                reader, writer = await asyncio.open_connection(host, port, limit=READ_BUFFER)
+        except (OSError, TimeoutError) as e:
+            raise ConnectionFailed(
+                f"cannot reach the broker server at {address}: {e or 'timed out'}; "
+                "is `chronoq broker serve` running there?"
+            ) from e
+        try:
+            async with asyncio.timeout(connect_timeout_s):
+                writer.write(hello_request(token))
+                hello = read_hello(await read_frame(reader, P.MAX_FRAME), address)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, P.ProtocolError) as e:
+            writer.transport.abort()
+            reason = "closed the connection" if isinstance(e, asyncio.IncompleteReadError) else e
+            raise ConnectionFailed(f"hello to {address} failed: {reason or 'timed out'}") from e
+        except BaseException:  # refused (AuthenticationFailed, ...) or cancelled
+            writer.transport.abort()
+            raise
+        return cls(address, reader, writer, hello)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the link still works."""
+        return self._alive
+
+    @property
+    def node(self) -> str:
+        """The server's node id."""
+        return self.hello.node
+
+    @property
+    def max_body(self) -> int:
+        """The server's body limit (bytes of body plus properties)."""
+        return self.hello.max_body
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        """Deliver every answer until the stream ends or breaks."""
+        try:
+            while True:
+                resp = P.decode_response(await read_frame(self._reader, P.MAX_FRAME))
+                future = self._pending.pop(resp.rid, None)
+                if future is None or future.done():
+                    continue  # the caller timed out or was cancelled
+                if resp.ok:
+                    future.set_result(resp.result)
+                else:
+                    future.set_exception(P.decode_error(resp.result))
+        except asyncio.IncompleteReadError:
+            self._fail(
+                ConnectionFailed(f"the broker server at {self.address} closed the connection")
+            )
+        except P.ProtocolError as e:
+            self._fail(ConnectionFailed(f"bad answer from {self.address}: {e}"))
+        except OSError as e:
+            self._fail(ConnectionFailed(f"connection to {self.address} broke: {e}"))
+        except asyncio.CancelledError:
+            self._fail(ConnectionFailed(f"link to {self.address} is closed"))
+            raise
+
+    def _fail(self, error: ChronoqError) -> None:
+        """Mark the link dead and fail every waiting request with ``error``."""
+        self._alive = False
+        self._error = self._error or error
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(self._error)
+        self._out.clear()
+        self._writer.transport.abort()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def call(self, op: str, args: dict[str, Any], timeout_s: float) -> Any:
+        """Send a request and wait for its result.
+
+        :raises ConnectionFailed: when the link is or goes dead before the answer.
+        :raises RequestTimeout: when no answer comes within ``timeout_s`` (the link stays).
+        :raises InvalidArgument: for a request over the server's frame limit (not sent).
+        :raises ChronoqError: the error the server answered.
+        """
+        if not self._alive:
+            raise self._error or ConnectionFailed(f"link to {self.address} is closed")
+        rid = next(self._rids)
+        data = P.request(rid, op, args)
+        check_request_size(data, self.hello.max_frame)
+        future: asyncio.Future[Any] = self.loop.create_future()
+        self._pending[rid] = future
+        if not self._out:
+            self.loop.call_soon(self._flush)
+        self._out.append(data)
+        try:
+            async with asyncio.timeout(timeout_s):
+                if self._writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                    await self._drain()
+                return await future
+        except TimeoutError:
+            raise RequestTimeout(
+                f"no answer from {self.address} to {op} within {timeout_s:.3g} s"
+            ) from None
+        finally:
+            self._pending.pop(rid, None)
+
+    def _flush(self) -> None:
+        """Write the frames queued during this turn of the loop in one go."""
+        if self._out and self._alive:
+            self._writer.write(b"".join(self._out))
+        self._out.clear()
+
+    async def _drain(self) -> None:
+        """Wait until the transport takes more (the server reads slower than we write)."""
+        try:
+            await self._writer.drain()
+        except OSError as e:
+            self._fail(ConnectionFailed(f"send to {self.address} failed: {e}"))
+
+    async def close(self, error: ChronoqError | None = None) -> None:
+        """Close the link; waiting requests fail with ``error`` (default
+        :class:`ConnectionFailed`)."""
+        if self._alive:
+            self._fail(error or ConnectionFailed(f"link to {self.address} is closed"))
+        if self._task is not asyncio.current_task():
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+
+class AsyncEndpoint:
+    """One broker server: its address and an :class:`AsyncLink` made (again) on demand.
+
+    :param index: its position in the client's endpoint list.
+    """
+
+    def __init__(
+        self, index: int, host: str, port: int, token: str | None, connect_timeout_s: float
+    ) -> None:
+        self.index = index
+        self.host, self.port = host, port
+        self.address = f"{host}:{port}"
+        self._token = token
+        self._timeout = connect_timeout_s
+        self._link: AsyncLink | None = None
+        self._connecting = asyncio.Lock()
+        self.node = ""
+
+    async def link(self, check_open: Callable[[], None]) -> AsyncLink:
+        """The live link, connecting first if there is none (one connect at a time:
+        the callers that arrive meanwhile share it).
+
+        :raises ConnectionFailed: when the server cannot be reached.
+        :raises AuthenticationFailed: when it refuses the token.
+        :raises BrokerClosed: via ``check_open``.
+        :raises InvalidArgument: when called from another event loop than the link's.
+        """
+        link = self._link
+        if link is not None and link.alive:
+            if link.loop is not asyncio.get_running_loop():
+                raise InvalidArgument(
+                    f"this client's connection to {self.address} belongs to another event "
+                    "loop; open one client per event loop (inside a coroutine of that loop)"
+                )
+            return link
+        async with self._connecting:
+            check_open()
+            link = self._link
+            if link is None or not link.alive:
+                link = await AsyncLink.open(self.host, self.port, self._token, self._timeout)
+                self._link = link
+                self.node = link.node
+            return link
+
+    async def known_node(self, check_open: Callable[[], None]) -> str:
+        """This endpoint's node id (connecting to learn it; ``""`` if unreachable)."""
+        if not self.node:
+            try:
+                await self.link(check_open)
+            except ConnectionFailed:
+                return ""
+        return self.node
+
+    async def close(self, error: ChronoqError) -> None:
+        """Close the link; its waiting requests fail with ``error``."""
+        link, self._link = self._link, None
+        if link is not None:
+            await link.close(error)
+
+
+__all__ = ["AsyncEndpoint", "AsyncLink", "read_frame"]
