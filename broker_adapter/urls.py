@@ -19,6 +19,7 @@ from broker_adapter.errors import InvalidArgument, UnknownScheme
 #: scheme -> "module:Class"; each class has ``from_url(url, **kwargs)``.
 ADAPTERS: dict[str, str] = {
     "rocksdb": "broker_adapter.embedded.broker:EmbeddedBroker",
+    "memory": "broker_adapter.memory.broker:MemoryBroker",
     "chronoq": "broker_adapter.server.client:RemoteBroker",
     "redis": "broker_adapter.redis.broker:RedisBroker",
     "rediss": "broker_adapter.redis.broker:RedisBroker",
@@ -31,6 +32,12 @@ ADAPTERS: dict[str, str] = {
 #: behind a :class:`~broker_adapter.async_base.ThreadedAsyncBroker`.
 ASYNC_ADAPTERS: dict[str, str] = {}
 ASYNC_ADAPTERS["chronoq"] = "broker_adapter.server.async_client:AsyncRemoteBroker"
+ASYNC_ADAPTERS.update(
+    dict.fromkeys(
+        ("redis", "rediss", "redis+cluster", "redis+sentinel"),
+        "broker_adapter.redis.async_broker:AsyncRedisBroker",
+    )
+)
 
 
 def split_url(url: str) -> tuple[str, str, dict[str, str]]:

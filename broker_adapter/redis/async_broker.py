@@ -1,0 +1,193 @@
+"""AsyncRedisBroker: the awaitable client calls of the Redis broker, on ``redis.asyncio``.
+
+It runs the scripts :class:`~broker_adapter.redis.broker.RedisBroker` runs, with the
+same keys and arguments (both build them with
+:mod:`~broker_adapter.redis.client_calls`): a message it sends is one a sync broker
+fires and delivers, a sync send is one it aborts or queries. It only sends and
+reads: firing and consuming stay with sync brokers (dispatchers). A send that makes
+a shard's head earlier wakes them as a sync send does, by ``send.lua``'s publish on
+the wake channel.
+
+One instance belongs to one event loop (its connections do). Concurrent sends share
+script calls (:class:`~broker_adapter.redis.send_coalescer.SendCoalescer`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisError
+
+from broker_adapter.async_base import AsyncAdapterBase
+from broker_adapter.base import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DELAY_MS, DEFAULT_RETENTION_MS
+from broker_adapter.checks import check_int, check_positive_settings
+from broker_adapter.clock import Clock, SystemClock
+from broker_adapter.message import Message
+from broker_adapter.redis import keys as K
+from broker_adapter.redis.async_scripts import AsyncScripts, open_async_client
+from broker_adapter.redis.client_calls import (
+    abort_call,
+    abort_result,
+    message_keys,
+    pending_calls,
+    pending_views,
+    plan_send,
+    retry_groups,
+    stat_keys,
+)
+from broker_adapter.redis.connect import parse_url
+from broker_adapter.redis.keys import Keyspace
+from broker_adapter.redis.scripts import redis_errors
+from broker_adapter.redis.send_coalescer import MAX_BATCH, SendCoalescer
+from broker_adapter.redis.views import build_stats, build_view, record_view
+from broker_adapter.results import AbortResult, AbortStatus, BrokerStats, MessageView, SendResult
+
+#: URL options of the sync broker that concern firing, which this client never does.
+FIRING_OPTIONS = ("fire", "fire_chunk")
+
+
+class AsyncRedisBroker(AsyncAdapterBase):
+    """Send, abort, query, pending and stats on Redis, awaited; see
+    :class:`~broker_adapter.async_base.AsyncBrokerAdapter` for each call.
+
+    :param client: a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` (bytes
+        replies), not yet used on another event loop.
+    :param clock: time source; give it the clock the sync brokers on this prefix use.
+    :param prefix: prefix of every key and channel (as the sync brokers').
+    :param shards: due-index shards; every process on one prefix must agree. Default as
+        :class:`~broker_adapter.redis.broker.RedisBroker`'s.
+    :param max_body_bytes: largest body (plus properties) accepted.
+    :param max_delay_ms: the furthest ahead a message may be due.
+    :param retention_ms: how long an aborted message stays readable.
+    :param max_batch: messages most coalesced script calls carry.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        clock: Clock | None = None,
+        prefix: str = K.DEFAULT_PREFIX,
+        shards: int | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        if shards is None:
+            shards = K.DEFAULT_SHARDS if isinstance(client, RedisCluster) else K.SINGLE_SHARDS
+        check_int("shards", shards, maximum=K.MAX_SHARDS)
+        check_positive_settings(
+            max_body_bytes=max_body_bytes,
+            max_delay_ms=max_delay_ms,
+            retention_ms=retention_ms,
+            max_batch=max_batch,
+        )
+        self.max_body_bytes = max_body_bytes
+        self._max_delay_ms = max_delay_ms
+        self._retention_ms = retention_ms
+        self._client = client
+        self._clock: Clock = clock or SystemClock()
+        self._keys = Keyspace.build(prefix, shards)
+        self._scripts = AsyncScripts(client)
+        self._rr = 0  # the shard the next keyless batch starts in (one loop: no lock)
+        self._sender = SendCoalescer(self._write, max_batch=max_batch)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> AsyncRedisBroker:
+        """Open ``redis://``, ``rediss://``, ``redis+cluster://host:port`` (an entry node)
+        or ``redis+sentinel://host:port[,host:port...]/service[/db]``: the URLs of
+        :meth:`RedisBroker.from_url <broker_adapter.redis.broker.RedisBroker.from_url>`,
+        with the same query parameters (``fire`` and ``fire_chunk`` are ignored: this
+        client fires nothing). Keyword arguments (e.g. ``clock=``) override them.
+        Nothing connects until the first call.
+
+        :raises InvalidArgument: for a malformed parameter.
+        """
+        spec, opts = parse_url(url)
+        for name in FIRING_OPTIONS:
+            opts.pop(name, None)
+        opts.update(kwargs)
+        return cls(open_async_client(spec), **opts)
+
+    @property
+    def keyspace(self) -> Keyspace:
+        """Where this broker keeps its data (the sync broker's :attr:`keyspace`)."""
+        return self._keys
+
+    async def _send_checked(self, messages: Sequence[Message]) -> list[SendResult]:
+        return await self._sender.send(messages)
+
+    async def _write(self, messages: Sequence[Message]) -> list[SendResult]:
+        """One ``send.lua`` batch, as :meth:`RedisBroker.send_batch` writes it."""
+        keys = self._keys
+        rr = self._rr
+        self._rr = (rr + 1) % keys.shards
+        plan = plan_send(messages, keys, self._clock.now_ms(), self._max_delay_ms, rr)
+        with redis_errors("send"):
+            replies = await self._scripts.fan(
+                "send", plan.due_keys, (keys.wake_channel,), plan.groups
+            )
+        return plan.results(replies)[0]  # the wake-ups went out on the wake channel
+
+    async def _abort(self, msg_id: str | None, key: str | None, topic: str | None) -> AbortResult:
+        call = abort_call(self._keys, msg_id, key, topic, self._retention_ms)
+        if call is None:
+            return AbortResult(AbortStatus.NOT_FOUND, msg_id)
+        shard, (name, due_key, args) = call
+        with redis_errors("abort"):
+            reply = await self._scripts.call(name, due_key, args)
+        return abort_result(shard, reply)
+
+    async def _query(self, msg_id: str) -> MessageView | None:
+        keys = self._keys
+        parsed = K.parse_id(msg_id, keys.shards)
+        if parsed is None:
+            return None
+        shard, n = parsed
+        bucket_key, message_key, body_key = message_keys(keys, shard, n)
+        with redis_errors("query"):
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hget(bucket_key, n)
+            pipe.hgetall(message_key)
+            pipe.strlen(body_key)
+            record, fields, body_size = await pipe.execute()
+            if record is not None:
+                return record_view(msg_id, record)
+            if not fields:
+                return None
+            retry_due = {}
+            for group in retry_groups(fields):
+                score = await self._client.zscore(keys.due_keys[shard], f"{n}|{group}")
+                if score is not None:
+                    retry_due[group] = int(score)
+        return build_view(msg_id, fields, retry_due, int(body_size))
+
+    async def _pending(
+        self, topic: str | None, start_ms: int | None, end_ms: int | None, limit: int
+    ) -> list[MessageView]:
+        with redis_errors("pending"):
+            replies = await self._scripts.pipeline(
+                pending_calls(self._keys, topic, start_ms, end_ms, limit)
+            )
+        return pending_views(replies, limit)
+
+    async def _stats(self) -> BrokerStats:
+        with redis_errors("stats"):
+            pipe = self._client.pipeline(transaction=False)
+            for key in stat_keys(self._keys):
+                pipe.hgetall(key)
+            hashes = await pipe.execute()
+        return build_stats(hashes)
+
+    async def _close(self) -> None:
+        await self._sender.wait_idle()  # sends accepted before close are answered
+        try:
+            await self._client.aclose()
+        except (RedisError, OSError):
+            pass  # closing: a connection already gone is what we wanted
+
+
+__all__ = ["AsyncRedisBroker"]
