@@ -60,6 +60,47 @@ def _embedded(request: pytest.FixtureRequest, workdir: Path) -> AdapterFactory:
     return EmbeddedFactory(workdir / "embedded")
 
 
+@dataclass
+class MemoryFactory:
+    """A ``memory://NAME`` broker of the test's own name. The factory holds one more
+    handle of it for the test's duration (``keeper``), as an app and a test sharing
+    one named broker do, so a reopen sees the same data; nothing survives the
+    process, so the durability tests are skipped (:data:`MEMORY_SKIPS`)."""
+
+    name: str
+    can_reopen: bool = True
+    keeper: BrokerAdapter | None = None
+
+    def open(self, clock: ManualClock) -> BrokerAdapter:
+        from broker_adapter.memory import MemoryBroker
+
+        if self.keeper is None:
+            self.keeper = MemoryBroker(self.name, clock=clock)
+        return MemoryBroker(self.name, clock=clock)
+
+    def cleanup(self) -> None:
+        """Close the keeper: the last handle, so the named broker's data goes."""
+        if self.keeper is not None:
+            self.keeper.close()
+
+
+def _memory(request: pytest.FixtureRequest, workdir: Path) -> AdapterFactory:
+    return MemoryFactory(f"conformance-{request.node.nodeid}")
+
+
+#: Conformance tests about surviving a restart: ``memory://`` keeps data in this
+#: process only, so each is skipped for it with this reason.
+MEMORY_SKIPS: dict[str, str] = dict.fromkeys(
+    (
+        "test_sent_messages_are_durable_across_reopen",
+        "test_inflight_message_is_delivered_again_after_reopen",
+        "test_abort_is_durable_across_reopen",
+    ),
+    "memory:// is not durable: its messages live in this process only, so a restart "
+    "(which this test's reopen stands for) loses them by design",
+)
+
+
 def _remote(request: pytest.FixtureRequest, workdir: Path) -> AdapterFactory:
     """RemoteBroker against one shared ``--manual-clock`` server subprocess."""
     from tests.server.remote_harness import make_remote
@@ -81,6 +122,8 @@ class AdapterSpec:
     id: str
     make: Callable[[pytest.FixtureRequest, Path], AdapterFactory]
     marks: tuple[Any, ...] = ()
+    #: test function name -> why the test does not apply to this adapter
+    skips: dict[str, str] = field(default_factory=dict)
 
 
 #: Every adapter the contract suite runs against. Later:
@@ -88,6 +131,7 @@ class AdapterSpec:
 #: ``AdapterSpec("redis", _redis, marks=(pytest.mark.external_service,))``.
 ADAPTERS: list[AdapterSpec] = [
     AdapterSpec("embedded", _embedded),
+    AdapterSpec("memory", _memory, skips=MEMORY_SKIPS),
     AdapterSpec("remote", _remote, marks=(pytest.mark.external_service,)),
     AdapterSpec("redis", _redis, marks=(pytest.mark.external_service,)),
 ]
@@ -154,6 +198,9 @@ def harness(
 ) -> Iterator[Harness]:
     """A fresh broker of each adapter in :data:`ADAPTERS`, on a ManualClock."""
     spec: AdapterSpec = request.param
+    reason = spec.skips.get(request.node.originalname)
+    if reason is not None:
+        pytest.skip(reason)
     factory = spec.make(request, tmp_path)
     h = Harness(spec.id, factory, manual_clock)
     try:

@@ -1,0 +1,303 @@
+"""MemoryStore: the state of one memory broker, and its time.
+
+Everything lives in dicts, lists and one heap, guarded by one lock (``lock``;
+``changed`` is its condition, notified whenever messages fire or room frees up).
+There is no background thread: time is read through the injected
+:class:`~broker_adapter.clock.Clock`, and :meth:`MemoryStore.tick` fires what is
+due, redelivers what outlived its invisible time and trims what retention lets
+go. Every operation ticks first, a ``ManualClock`` advance ticks at once (the
+store listens to it), and a waiting ``pull`` wakes up by the next due time, so
+with the system clock messages fire on time for whoever looks, and with a
+manual clock exactly when a test advances it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from collections.abc import Sequence
+
+from broker_adapter.base import retry_backoff_ms
+from broker_adapter.clock import Clock
+from broker_adapter.errors import InvalidDelay
+from broker_adapter.memory.groups import MemoryGroup
+from broker_adapter.memory.records import Copy, Flight, StoredMessage, TopicLog
+from broker_adapter.message import Message
+from broker_adapter.results import (
+    NO_PROPERTIES,
+    AbortResult,
+    AbortStatus,
+    SendResult,
+    SendStatus,
+)
+
+_ids = itertools.count(1)
+
+
+class MemoryStore:
+    """The messages, wheel, topic logs and groups of one memory broker.
+
+    :param clock: where time comes from.
+    :param max_delay_ms: the furthest ahead a message may be due.
+    :param retention_ms: how long fired messages (and their keys) and aborted ones
+        stay readable.
+    """
+
+    def __init__(self, clock: Clock, *, max_delay_ms: int, retention_ms: int) -> None:
+        self.clock = clock
+        self.max_delay_ms = max_delay_ms
+        self.retention_ms = retention_ms
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.messages: dict[str, StoredMessage] = {}
+        self.logs: dict[str, TopicLog] = {}
+        self.groups: dict[str, MemoryGroup] = {}
+        self._prefix = f"m{next(_ids)}-"  # ids of two memory brokers never collide
+        self._seq = itertools.count(1)
+        self._receipts = itertools.count(1)
+        self._keys: dict[tuple[str, str], StoredMessage] = {}
+        self._wheel: list[tuple[int, int, Copy]] = []
+        self._aborted: list[tuple[int, int, StoredMessage]] = []  # (due, seq): retention
+        self._lingering: list[StoredMessage] = []  # trimmed, but a group still retries it
+        self._now = 0
+        clock.subscribe(self._on_clock)
+
+    # -- time ---------------------------------------------------------------------------
+
+    def _on_clock(self) -> None:
+        with self.lock:
+            self.tick()
+
+    def tick(self) -> int:
+        """Fire what is due, redeliver expired deliveries, trim; the current time
+        (never going back, whatever the clock does). Lock held."""
+        now = self._now = max(self._now, self.clock.now_ms())
+        woke = False
+        while True:
+            fired = self._fire_due(now)
+            expired = 0
+            for group in self.groups.values():
+                for flight in group.expired(now):
+                    self.redeliver(group, flight, 0, "invisible time expired", dead=False)
+                    expired += 1
+            woke = woke or bool(fired or expired)
+            if not expired:
+                break
+        self._trim(now)
+        if woke:
+            self.changed.notify_all()
+        return now
+
+    def next_due(self) -> int | None:
+        """The earliest time something is due: a copy on the wheel or a deadline."""
+        times = [self._wheel[0][0]] if self._wheel else []
+        times += [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
+        return min(times, default=None)
+
+    def _fire_due(self, now: int) -> int:
+        wheel = self._wheel
+        fired = 0
+        while wheel and wheel[0][0] <= now:
+            copy = heapq.heappop(wheel)[2]
+            if copy.cancelled:  # aborted: its pending count went with the abort
+                continue
+            log = self.log(copy.topic)
+            log.pending -= 1
+            copy.fired_ms = now
+            if copy.is_first:
+                copy.message.fired_ms = now
+            log.entries.append(copy)
+            log.fired_total += 1
+            fired += 1
+            for group in self.groups.values():
+                if group.retry_topic == copy.topic:
+                    group.retry_fired(copy.message.msg_id)
+        return fired
+
+    # -- topics, groups, receipts ---------------------------------------------------------
+
+    def log(self, topic: str) -> TopicLog:
+        """The log of ``topic`` (created empty on first use)."""
+        log = self.logs.get(topic)
+        if log is None:
+            log = self.logs[topic] = TopicLog()
+        return log
+
+    def group(self, name: str) -> MemoryGroup:
+        """The group ``name`` (created on first use, reading its retry topic)."""
+        group = self.groups.get(name)
+        if group is None:
+            group = self.groups[name] = MemoryGroup(name)
+            group.attach(group.retry_topic, self.log(group.retry_topic))
+        return group
+
+    def new_receipt(self) -> bytes:
+        """A receipt never handed out before by this store."""
+        return b"r%d" % next(self._receipts)
+
+    # -- sending and aborting -----------------------------------------------------------
+
+    def send(self, messages: Sequence[Message]) -> list[SendResult]:
+        """Store checked messages, all or nothing (see ``BrokerAdapter.send_batch``). Lock held."""
+        now = self.tick()
+        dues = [m.deliver_at(now) for m in messages]
+        if max(dues) > now + self.max_delay_ms:
+            raise InvalidDelay(
+                "delay",
+                max(dues) - now,
+                f"due after the broker's max delay of {self.max_delay_ms} ms",
+            )
+        results: list[SendResult] = []
+        in_batch: dict[tuple[str, str], SendResult] = {}
+        for m, due in zip(messages, dues, strict=True):
+            asked = m.deliver_at_ms if m.deliver_at_ms is not None else due
+            index = None if m.key is None else (m.topic, m.key)
+            if index is not None:
+                dup = in_batch.get(index) or self._duplicate_of(index, asked)
+                if dup is not None:
+                    results.append(SendResult(SendStatus.DUPLICATE, dup.msg_id, dup.deliver_at_ms))
+                    continue
+            seq = next(self._seq)
+            stored = StoredMessage(
+                f"{self._prefix}{seq}",
+                m.topic,
+                m.body,
+                m.key,
+                m.tags,
+                m.properties or NO_PROPERTIES,
+                due,
+                asked,
+                now,
+                m.size(),
+            )
+            self.messages[stored.msg_id] = stored
+            self._schedule(Copy(stored, m.topic, due, 0, seq))
+            result = SendResult(SendStatus.OK, stored.msg_id, due)
+            if index is not None:
+                self._keys[index] = stored
+                in_batch[index] = result
+            results.append(result)
+        self.tick()  # what is due now fires now
+        return results
+
+    def _duplicate_of(self, index: tuple[str, str], asked: int) -> SendResult | None:
+        """The earlier send a keyed send duplicates: its key's message is pending, or
+        fired (not aborted) and was asked for the same due ms."""
+        old = self._keys.get(index)
+        if old is None or old.aborted:
+            return None
+        if old.fired_ms is None or old.asked_ms == asked:
+            return SendResult(SendStatus.DUPLICATE, old.msg_id, old.due_ms)
+        return None
+
+    def _schedule(self, copy: Copy) -> None:
+        heapq.heappush(self._wheel, (copy.due_ms, copy.seq, copy))
+        self.log(copy.topic).pending += 1
+
+    def abort(self, msg_id: str | None, key: str | None, topic: str | None) -> AbortResult:
+        """See ``BrokerAdapter.abort``. Lock held."""
+        self.tick()
+        if msg_id is not None:
+            stored = self.messages.get(msg_id)
+            if stored is None:
+                return AbortResult(AbortStatus.NOT_FOUND, msg_id)
+        else:
+            assert key is not None and topic is not None
+            found = self._keys.get((topic, key))
+            if found is None:
+                return AbortResult(AbortStatus.NOT_FOUND, None)
+            stored = found
+        if stored.aborted:
+            return AbortResult(AbortStatus.ABORTED, stored.msg_id)
+        if stored.fired_ms is not None:
+            return AbortResult(AbortStatus.ALREADY_DELIVERED, stored.msg_id)
+        stored.aborted = True
+        for _due, _seq, copy in self._wheel:
+            if copy.message is stored and copy.is_first:
+                copy.cancelled = True
+                self.log(copy.topic).pending -= 1
+        heapq.heappush(self._aborted, (stored.due_ms, next(self._seq), stored))
+        return AbortResult(AbortStatus.ABORTED, stored.msg_id)
+
+    # -- settling deliveries ----------------------------------------------------------------
+
+    def redeliver(
+        self,
+        group: MemoryGroup,
+        flight: Flight,
+        delay_ms: int | None,
+        reason: str | None,
+        *,
+        dead: bool,
+        counts: bool = True,
+    ) -> None:
+        """Send a settled delivery to ``group``'s retry topic (after ``delay_ms`` or the
+        backoff of its attempts) or, with ``dead`` or on its last attempt, to its
+        dead-letter topic; without ``counts`` (a release) this delivery is not an
+        attempt and never makes it dead. Lock held."""
+        now = self._now
+        attempts = flight.attempts if counts else flight.attempts - 1
+        msg = flight.copy.message
+        error = reason[:4096] if reason else None
+        if dead or (counts and attempts >= group.max_attempts):
+            copy = Copy(msg, group.dead_topic, now, attempts, next(self._seq), fired_ms=now)
+            log = self.log(group.dead_topic)
+            log.entries.append(copy)
+            log.fired_total += 1
+            group.dead(msg.msg_id, attempts, error)
+            self.changed.notify_all()
+            return
+        due = now + (retry_backoff_ms(attempts) if delay_ms is None else delay_ms)
+        self._schedule(Copy(msg, group.retry_topic, due, attempts, next(self._seq)))
+        group.retrying(msg.msg_id, attempts, due, error)
+
+    # -- retention ------------------------------------------------------------------------
+
+    def _trim(self, now: int) -> None:
+        """Drop fired copies older than retention that every reading group has passed,
+        and aborted messages whose due time is that old, with the key entries still
+        pointing at them."""
+        floor = now - self.retention_ms
+        for topic, log in self.logs.items():
+            if not log.entries or log.entries[0].fired_ms > floor:
+                continue
+            readers = [g for g in self.groups.values() if topic in g.cursors]
+            limit = min((g.committed(topic) for g in readers), default=log.end)
+            while log.entries and log.base < limit and log.entries[0].fired_ms <= floor:
+                copy = log.entries.pop(0)
+                log.base += 1
+                if copy.is_first:
+                    self._lingering.append(copy.message)
+        if self._lingering:
+            still = []
+            for msg in self._lingering:
+                if any(g.still_needs(msg.msg_id) for g in self.groups.values()):
+                    still.append(msg)
+                else:
+                    self._forget(msg)
+            self._lingering = still
+        while self._aborted and self._aborted[0][0] <= floor:
+            self._forget(heapq.heappop(self._aborted)[2])
+
+    def _forget(self, msg: StoredMessage) -> None:
+        self.messages.pop(msg.msg_id, None)
+        if msg.key is not None and self._keys.get((msg.topic, msg.key)) is msg:
+            del self._keys[(msg.topic, msg.key)]
+        for group in self.groups.values():
+            group.forget(msg.msg_id)
+
+    # -- pending, in order ------------------------------------------------------------------
+
+    def wheel_in_order(self) -> list[Copy]:
+        """The live copies on the wheel in due order (a snapshot). Lock held."""
+        return [c for _d, _s, c in sorted(self._wheel, key=lambda e: e[:2]) if not c.cancelled]
+
+    def close(self) -> None:
+        """Stop listening to the clock; wake every waiting pull."""
+        self.clock.unsubscribe(self._on_clock)
+        with self.lock:
+            self.changed.notify_all()
+
+
+__all__ = ["MemoryStore"]
