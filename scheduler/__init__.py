@@ -29,6 +29,7 @@ from scheduler.executor_kinds import (
 )
 from scheduler.handles import Call, JobHandle, ScheduledJob
 from scheduler.jobcall import JobCall
+from scheduler.loop_rule import SyncCallInEventLoop
 from scheduler.misfire import MisfireDecision, latest_fire_times, resolve_misfires
 from scheduler.registry import JobRegistry
 from scheduler.runners import NoAppRunner
@@ -77,6 +78,7 @@ __all__ = [
     "Scheduler",
     "SchedulerError",
     "Settings",
+    "SyncCallInEventLoop",
     "TimingFields",
     "UnknownExecutor",
     "UnserializableArgument",

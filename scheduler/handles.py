@@ -148,6 +148,7 @@ class JobHandle(Generic[P, R]):
         self.topic = spec.topic_or(app.settings.topic)
         self._encode = make_encoder(spec.name)
         self._tolerance = app.settings.past_tolerance_ms
+        self._calls = _CallNames.of(spec.name)
         functools.update_wrapper(self, spec.func)
 
     @property
@@ -213,12 +214,44 @@ class JobHandle(Generic[P, R]):
         :raises InvalidMessage: for a key that is not a str of 1 to 512 characters.
         :raises InvalidDelay: when the due time is past the broker's max delay.
         """
+        message = self._message(args, kwargs, delay, at, delay_level, key)
+        result = self.app.client_broker(self._calls.schedule).send(message)
+        return ScheduledJob(result.msg_id, result.deliver_at_ms, key, result.status)
+
+    async def schedule_async(
+        self,
+        *args: Any,
+        delay: timedelta | float | None = None,
+        at: datetime | None = None,
+        delay_level: int | None = None,
+        key: str | None = None,
+        **kwargs: Any,
+    ) -> ScheduledJob:
+        """The awaitable :meth:`schedule`: the same checks, message and receipt, sent
+        through the app's async client (:mod:`scheduler.async_client`) without
+        blocking the event loop.
+
+        :raises BrokerClosed: after ``app.close()``/``await app.aclose()``; and what
+            :meth:`schedule` raises, before anything is sent.
+        """
+        message = self._message(args, kwargs, delay, at, delay_level, key)
+        result = await (await self.app.async_broker()).send(message)
+        return ScheduledJob(result.msg_id, result.deliver_at_ms, key, result.status)
+
+    def _message(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        delay: timedelta | float | None,
+        at: datetime | None,
+        delay_level: int | None,
+        key: str | None,
+    ) -> Message:
+        """The (checked) message of one run: shared by :meth:`schedule` and its twin."""
         if key is not None:
             _check_key(key)
         timing = self._timing(delay, at, delay_level)
-        message = Message(self.topic, self._encode(args, kwargs), key, **timing)
-        result = self.app.broker.send(message)
-        return ScheduledJob(result.msg_id, result.deliver_at_ms, key, result.status)
+        return Message(self.topic, self._encode(args, kwargs), key, **timing)
 
     def schedule_many(
         self,
@@ -253,9 +286,29 @@ class JobHandle(Generic[P, R]):
         messages, keys = self._messages(calls, default)
         if not messages:
             return []
-        results: list[SendResult] = self.app.broker.send_batch(messages)
-        new, cls = tuple.__new__, ScheduledJob
-        return [new(cls, (r[1], r[2], k, r[0])) for r, k in zip(results, keys, strict=True)]
+        results = self.app.client_broker(self._calls.schedule_many).send_batch(messages)
+        return _receipts(results, keys)
+
+    async def schedule_many_async(
+        self,
+        calls: Iterable[CallLike],
+        *,
+        delay: timedelta | float | None = None,
+        at: datetime | None = None,
+        delay_level: int | None = None,
+    ) -> list[ScheduledJob]:
+        """The awaitable :meth:`schedule_many`: the same checks, messages (one
+        ``send_batch``) and receipts, through the app's async client.
+
+        :raises BrokerClosed: after the app closed; and what :meth:`schedule_many`
+            raises, before anything is sent.
+        """
+        default = positional(self._timing(delay, at, delay_level))
+        messages, keys = self._messages(calls, default)
+        if not messages:
+            return []
+        results = await (await self.app.async_broker()).send_batch(messages)
+        return _receipts(results, keys)
 
     def _messages(
         self, calls: Iterable[CallLike], default: Positional
@@ -306,17 +359,58 @@ class JobHandle(Generic[P, R]):
 
         :raises InvalidArgument: unless exactly one of ``key`` and ``msg_id`` is given.
         """
+        topic = self._cancel_topic(key, msg_id)
+        broker = self.app.client_broker(self._calls.cancel)
+        return broker.abort(msg_id, key=key, topic=topic).status
+
+    async def cancel_async(
+        self, *, key: str | None = None, msg_id: str | None = None
+    ) -> AbortStatus:
+        """The awaitable :meth:`cancel` (same abort, same three answers).
+
+        :raises InvalidArgument: unless exactly one of ``key`` and ``msg_id`` is given.
+        :raises BrokerClosed: after the app closed.
+        """
+        topic = self._cancel_topic(key, msg_id)
+        broker = await self.app.async_broker()
+        return (await broker.abort(msg_id, key=key, topic=topic)).status
+
+    def _cancel_topic(self, key: str | None, msg_id: str | None) -> str | None:
+        """The topic a cancel names (this job's, by key; none by id), after its checks."""
         if (key is None) == (msg_id is None):
             raise InvalidArgument("cancel() takes exactly one of key=... or msg_id=...")
-        broker = self.app.broker
-        if key is not None:
-            return broker.abort(key=key, topic=self.topic).status
-        return broker.abort(msg_id).status
+        return None if key is None else self.topic
 
     def get(self, msg_id: str) -> MessageView | None:
         """The broker's current view of a run (pending, ready, in flight, done,
         aborted or dead), or ``None`` for an unknown id."""
-        return self.app.broker.query(msg_id)
+        return self.app.client_broker(self._calls.get).query(msg_id)
+
+    async def get_async(self, msg_id: str) -> MessageView | None:
+        """The awaitable :meth:`get`.
+
+        :raises BrokerClosed: after the app closed.
+        """
+        return await (await self.app.async_broker()).query(msg_id)
+
+
+class _CallNames(NamedTuple):
+    """A handle's call names for the loop rule's message, formatted once."""
+
+    schedule: str
+    schedule_many: str
+    cancel: str
+    get: str
+
+    @classmethod
+    def of(cls, job: str) -> _CallNames:
+        return cls(*(f"{job}.{call}" for call in cls._fields))
+
+
+def _receipts(results: list[SendResult], keys: list[str | None]) -> list[ScheduledJob]:
+    """One :class:`ScheduledJob` per send result (built without NamedTuple's checks)."""
+    new, cls = tuple.__new__, ScheduledJob
+    return [new(cls, (r[1], r[2], k, r[0])) for r, k in zip(results, keys, strict=True)]
 
 
 __all__ = ["Call", "CallLike", "JobHandle", "ScheduledJob"]

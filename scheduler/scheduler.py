@@ -25,19 +25,20 @@ import inspect
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, overload
 
+from broker_adapter.async_base import AsyncBrokerAdapter
 from broker_adapter.base import DEFAULT_MAX_ATTEMPTS, BrokerAdapter
-from broker_adapter.checks import is_int
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.errors import BrokerClosed
-from broker_adapter.results import MessageView
 from broker_adapter.urls import open_broker
+from scheduler.app_calls import AppCalls
 from scheduler.errors import InvalidSettings
 from scheduler.executor_kinds import EXECUTOR_KINDS
 from scheduler.handles import JobHandle
+from scheduler.loop_rule import check_sync_call
 from scheduler.registry import JobRegistry
 from scheduler.runners import app_runner
 from scheduler.settings import Settings
@@ -50,10 +51,10 @@ from scheduler.spec import (
     RetryPolicy,
     check_job_function,
 )
-from scheduler.timing import datetime_to_ms
 from scheduler.triggers import CronTrigger
 
 if TYPE_CHECKING:
+    from scheduler.async_client import AsyncClient
     from scheduler.cron import CronPlanner
 
 P = ParamSpec("P")
@@ -62,16 +63,28 @@ R = TypeVar("R")
 _log = logging.getLogger("chronoq.scheduler.Scheduler")
 
 
-def _time_ms(name: str, value: datetime | int | None) -> int | None:
-    if value is None or isinstance(value, datetime):
-        return None if value is None else datetime_to_ms(value)
-    if not is_int(value):
-        raise TypeError(f"{name}= takes an aware datetime or epoch ms, got {value!r}")
-    return value
+def _job_options(
+    executor: str | None,
+    max_attempts: int,
+    timeout: float | timedelta | None,
+    topic: str | None,
+    queue: str | None,
+    retry: RetryPolicy | None,
+) -> dict[str, Any]:
+    """The JobSpec options ``@app.job`` and ``@app.cron`` share."""
+    options: dict[str, Any] = {"executor": executor or "", "max_attempts": max_attempts}
+    options.update(timeout=timeout, topic=topic, queue=queue)
+    if retry is not None:
+        options["retry"] = retry
+    return options
 
 
-class Scheduler:
+class Scheduler(AppCalls):
     """Jobs, cron jobs and the broker they are sent through.
+
+    Every client call has an awaitable twin (``schedule_async``, ``cancel_async``,
+    ..., :meth:`pending_async`): see :mod:`scheduler.async_client`; close with
+    :meth:`close` or ``await`` :meth:`aclose`.
 
     :param broker: a broker URL (overrides ``settings.broker_url``), an open
         :class:`~broker_adapter.base.BrokerAdapter` (used as given, never closed
@@ -122,11 +135,49 @@ class Scheduler:
         self._owns_broker = not isinstance(broker, BrokerAdapter)
         self._closed = False
         self._lock = threading.Lock()
+        self._async_client: AsyncClient | None = None
         self._registry = JobRegistry()
         self._handles: dict[str, JobHandle[Any, Any]] = {}
         from scheduler.cron import CronPlanner  # cron.py imports this module's names
 
         self._planner = CronPlanner(self)
+
+    # -- the brokers of client calls --------------------------------------------------
+
+    def client_broker(self, call: str) -> BrokerAdapter:
+        """:attr:`broker`, for sync client call ``call`` (e.g. ``"app.cancel"``), after
+        the loop rule (:mod:`scheduler.loop_rule`).
+
+        :raises SyncCallInEventLoop: inside a running event loop on a network broker;
+            the message names ``call``'s ``_async`` form.
+        :raises BrokerClosed: after :meth:`close`.
+        """
+        broker = self.broker
+        check_sync_call(broker, call)
+        return broker
+
+    async def async_broker(self) -> AsyncBrokerAdapter:
+        """The async broker of the running event loop (:mod:`scheduler.async_client`),
+        opened on the loop's first call without blocking it.
+
+        :raises BrokerClosed: after :meth:`close` or :meth:`aclose`.
+        """
+        clients = self._async_client
+        if clients is None:
+            with self._lock:
+                if self._closed:
+                    raise BrokerClosed("this Scheduler is closed; create a new one")
+                if self._async_client is None:
+                    from scheduler.async_client import AsyncClient  # asyncio, on first use
+
+                    url = self._settings.broker_url if self._owns_broker else None
+                    self._async_client = AsyncClient(url, lambda: self.broker, self._clock_kwargs())
+                clients = self._async_client
+        return await clients.broker()
+
+    def _clock_kwargs(self) -> dict[str, Any]:
+        """What opening a broker passes on: the clock, when one was given."""
+        return {} if self._given_clock is None else {"clock": self._given_clock}
 
     # -- properties -----------------------------------------------------------------
 
@@ -164,10 +215,7 @@ class Scheduler:
                 raise BrokerClosed("this Scheduler is closed; create a new one")
             if self._broker is None:
                 url = self._settings.broker_url
-                kwargs: dict[str, Any] = {}
-                if self._given_clock is not None:
-                    kwargs["clock"] = self._given_clock
-                self._broker = open_broker(url, **kwargs)
+                self._broker = open_broker(url, **self._clock_kwargs())
                 _log.debug("opened broker %s", url)
             return self._broker
 
@@ -239,15 +287,7 @@ class Scheduler:
             if inspect.iscoroutine(func):
                 check_job_function(func)  # raises InvalidJobSpec: decorate the function
             raise TypeError(f"@app.job takes options by keyword, e.g. @app.job(name={func!r})")
-        options: dict[str, Any] = {
-            "executor": executor or "",
-            "max_attempts": max_attempts,
-            "timeout": timeout,
-            "topic": topic,
-            "queue": queue,
-        }
-        if retry is not None:
-            options["retry"] = retry
+        options = _job_options(executor, max_attempts, timeout, topic, queue, retry)
 
         def decorate(fn: Callable[P, R]) -> JobHandle[P, R]:
             spec = JobSpec.for_function(fn, name, **options)
@@ -301,15 +341,7 @@ class Scheduler:
             coalesce=coalesce,
             max_catch_up=max_catch_up,
         )
-        options: dict[str, Any] = {
-            "executor": executor or "",
-            "max_attempts": max_attempts,
-            "timeout": timeout,
-            "topic": topic,
-            "queue": queue,
-        }
-        if retry is not None:
-            options["retry"] = retry
+        options = _job_options(executor, max_attempts, timeout, topic, queue, retry)
 
         def decorate(fn: Callable[P, R]) -> JobHandle[P, R]:
             spec = JobSpec.for_function(fn, name, **options)
@@ -339,23 +371,6 @@ class Scheduler:
         default = self._settings.topic
         return {default} | {spec.topic_or(default) for spec in self._registry}
 
-    def pending(
-        self,
-        topic: str | None = None,
-        start: datetime | int | None = None,
-        end: datetime | int | None = None,
-        limit: int = 100,
-    ) -> list[MessageView]:
-        """Up to ``limit`` runs not yet due, in due-time order.
-
-        :param topic: only this topic; ``None`` for every topic of the broker.
-        :param start: only runs due at or after this (aware datetime or epoch ms).
-        :param end: only runs due before this (aware datetime or epoch ms).
-        :raises InvalidSchedule: for a naive datetime.
-        :raises InvalidArgument: for ``limit`` < 1.
-        """
-        return self.broker.pending(topic, _time_ms("start", start), _time_ms("end", end), limit)
-
     # -- running and closing ----------------------------------------------------------
 
     def run(self, *, stop_event: threading.Event | None = None) -> None:
@@ -371,16 +386,35 @@ class Scheduler:
         app_runner()(self, stop_event=stop_event)
 
     def close(self) -> None:
-        """Close the broker if this scheduler opened it (a broker passed in is left
-        open). Closing twice is harmless; using the broker afterwards raises
-        :class:`~broker_adapter.errors.BrokerClosed`."""
+        """Close the async clients (see :meth:`aclose`), then the broker if this
+        scheduler opened it (a broker passed in is left open). Closing twice is
+        harmless; using the broker afterwards raises
+        :class:`~broker_adapter.errors.BrokerClosed`.
+
+        Inside a running event loop prefer ``await app.aclose()``: this loop's
+        async client then closes before it returns, not as soon as the loop turns.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             broker, self._broker = self._broker, None
+            clients, self._async_client = self._async_client, None
+        if clients is not None:
+            clients.close()
         if broker is not None and self._owns_broker:
             broker.close()
+
+    async def aclose(self) -> None:
+        """Close the running loop's async client (awaited), then everything
+        :meth:`close` closes, on a thread: the loop never waits for RocksDB or a socket.
+        Closing twice is harmless."""
+        clients = self._async_client
+        if clients is not None:
+            await clients.aclose()
+        import asyncio  # lazily: import scheduler stays light
+
+        await asyncio.to_thread(self.close)
 
     def __enter__(self) -> Self:
         return self
