@@ -230,7 +230,7 @@ class AsyncEndpoint:
         self._token = token
         self._timeout = connect_timeout_s
         self._link: AsyncLink | None = None
-        self._connecting = asyncio.Lock()
+        self._connecting: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self.node = ""
 
     async def link(self, check_open: Callable[[], None]) -> AsyncLink:
@@ -243,14 +243,19 @@ class AsyncEndpoint:
         :raises InvalidArgument: when called from another event loop than the link's.
         """
         link = self._link
+        loop = asyncio.get_running_loop()
         if link is not None and link.alive:
-            if link.loop is not asyncio.get_running_loop():
+            if link.loop is not loop:
                 raise InvalidArgument(
-                    f"this client's connection to {self.address} belongs to another event "
-                    "loop; open one client per event loop (inside a coroutine of that loop)"
+                    f"this client's connection to {self.address} belongs to another running "
+                    "event loop; open one client per event loop"
                 )
             return link
-        async with self._connecting:
+        # A lock belongs to one loop; a client outliving its loop (asyncio.run returned:
+        # the link's reader was cancelled, the link is dead) connects again on the next.
+        if self._connecting is None or self._connecting[0] is not loop:
+            self._connecting = (loop, asyncio.Lock())
+        async with self._connecting[1]:
             check_open()
             link = self._link
             if link is None or not link.alive:
