@@ -2,7 +2,9 @@
 
 ``rocksdb://PATH`` is the embedded broker (``rocksdb:///abs/dir`` or
 ``rocksdb://./rel/dir``); query parameters become constructor arguments, e.g.
-``rocksdb://./data?durability=sync``. Adapters are imported only when used, so
+``rocksdb://./data?durability=sync``. A directory another process owns is
+reached through it (:mod:`broker_adapter.shared`) unless ``?share=0``. Adapters
+are imported only when used, so
 ``import broker_adapter`` stays light.
 """
 
@@ -18,7 +20,7 @@ from broker_adapter.errors import InvalidArgument, UnknownScheme
 
 #: scheme -> "module:Class"; each class has ``from_url(url, **kwargs)``.
 ADAPTERS: dict[str, str] = {
-    "rocksdb": "broker_adapter.embedded.broker:EmbeddedBroker",
+    "rocksdb": "broker_adapter.shared.broker:SharedBroker",  # an EmbeddedBroker with ?share=0
     "memory": "broker_adapter.memory.broker:MemoryBroker",
     "chronoq": "broker_adapter.server.client:RemoteBroker",
     "redis": "broker_adapter.redis.broker:RedisBroker",

@@ -115,6 +115,17 @@ class EmbeddedBroker(AdapterBase):
     def from_url(cls, url: str, **kwargs: Any) -> EmbeddedBroker:
         """Open ``rocksdb://PATH[?durability=...&window_ms=...]``."""
         _scheme, path, params = split_url(url)
+        opts = cls.url_options(url, path, params)
+        opts.update(kwargs)
+        return cls(path, **opts)
+
+    @staticmethod
+    def url_options(url: str, path: str, params: dict[str, str]) -> dict[str, Any]:
+        """The constructor arguments the query ``params`` of ``url`` (whose directory is
+        ``path``) give.
+
+        :raises InvalidArgument: for no directory, an unknown parameter or a bad number.
+        """
         if not path:
             raise InvalidArgument(
                 f"{url!r} names no directory: use rocksdb:///abs/dir or rocksdb://./dir"
@@ -136,8 +147,7 @@ class EmbeddedBroker(AdapterBase):
                     raise InvalidArgument(f"{name} in {url!r} must be an int") from e
             else:
                 raise InvalidArgument(f"unknown parameter {name!r} in {url!r}")
-        opts.update(kwargs)
-        return cls(path, **opts)
+        return opts
 
     # -- sending ----------------------------------------------------------------------
 

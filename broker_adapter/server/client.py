@@ -68,7 +68,8 @@ DEFAULT_RETRIES = 2
 class RemoteBroker(AdapterBase):
     """A client of one or more broker servers.
 
-    :param endpoints: ``"h1:p1,h2:p2"`` or a sequence of ``(host, port)``.
+    :param endpoints: ``"h1:p1,h2:p2"`` or a sequence of ``(host, port)``; ``(path, None)``
+        is a Unix socket (see :mod:`broker_adapter.shared`).
     :param token: the servers' token (default none).
     :param send_timeout_ms: bound on a sync send, retries included.
     :param retries: extra attempts of a sync send after a connection failure.
@@ -77,7 +78,7 @@ class RemoteBroker(AdapterBase):
 
     def __init__(
         self,
-        endpoints: str | Sequence[tuple[str, int]],
+        endpoints: str | Sequence[tuple[str, int | None]],
         *,
         token: str | None = None,
         send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS,

@@ -62,11 +62,11 @@ class Endpoint:
     """
 
     def __init__(
-        self, index: int, host: str, port: int, token: str | None, connect_timeout_s: float
+        self, index: int, host: str, port: int | None, token: str | None, connect_timeout_s: float
     ) -> None:
         self.index = index
         self.host, self.port = host, port
-        self.address = f"{host}:{port}"
+        self.address = host if port is None else f"{host}:{port}"  # None: a Unix socket path
         self._token = token
         self._timeout = connect_timeout_s
         self._link: Link | None = None

@@ -21,6 +21,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from broker_adapter.errors import (
@@ -30,6 +31,7 @@ from broker_adapter.errors import (
 )
 from broker_adapter.server import protocol as P
 from broker_adapter.server.session import check_request_size, hello_request, read_hello
+from broker_adapter.server.unix import connect_unix
 
 log = logging.getLogger("chronoq.broker_adapter.Link")
 log.addHandler(logging.NullHandler())
@@ -65,7 +67,8 @@ class _Waiter:
 
 
 class Link:
-    """A connected, authenticated link to ``host:port``.
+    """A connected, authenticated link to ``host:port`` (or, with ``port=None``, to the
+    Unix socket at the path ``host``).
 
     :param token: the server's token, or ``None``.
     :param connect_timeout_s: bound on connecting and on the ``hello`` exchange.
@@ -74,17 +77,21 @@ class Link:
     """
 
     def __init__(
-        self, host: str, port: int, token: str | None, connect_timeout_s: float = 3.0
+        self, host: str, port: int | None, token: str | None, connect_timeout_s: float = 3.0
     ) -> None:
-        self.address = f"{host}:{port}"
+        self.address = host if port is None else f"{host}:{port}"
         try:
-            self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
+            if port is None:
+                self._sock = connect_unix(Path(host), connect_timeout_s)
+            else:
+                self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
         except OSError as e:
             raise ConnectionFailed(
                 f"cannot reach the broker server at {self.address}: {e}; "
                 "is `chronoq broker serve` running there?"
             ) from e
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if port is not None:
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._rids = itertools.count(1)
         self._pending: dict[int, Done] = {}
         self._lock = threading.Lock()  # guards _pending, _alive and _reading

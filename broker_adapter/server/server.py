@@ -10,6 +10,9 @@ run there), a pool for parked long polls, and a housekeeping thread that closes
 the consumers of vanished clients once their in-flight messages went back (after
 their invisible time). Security: it binds 127.0.0.1 by default and refuses a
 non-loopback address without a token; the token is compared in constant time.
+With ``unix_path`` it listens on a Unix socket instead (mode 0600, no TCP at
+all): how a process that owns a data directory shares it with later openers of
+the same ``rocksdb://`` URL (:mod:`broker_adapter.shared`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from broker_adapter.server import protocol as P
 from broker_adapter.server.connection import Connection
 from broker_adapter.server.handlers import Handlers, arg
 from broker_adapter.server.metrics import ServerMetrics
+from broker_adapter.server.unix import inode, listen_unix, remove_if_same
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -74,6 +78,8 @@ class BrokerServer:
     :param max_inflight: unanswered requests per connection before it is not read.
     :param max_frame: largest frame accepted (bytes).
     :param broker_options: more ``EmbeddedBroker`` arguments (e.g. ``durability``).
+    :param unix_path: listen on a Unix socket at this path (made 0600, replacing a stale
+        one) instead of ``host:port``.
     :raises InvalidArgument: for a non-loopback ``host`` without a token.
     :raises BrokerLocked: when another process owns ``data_dir``.
     """
@@ -90,8 +96,9 @@ class BrokerServer:
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         max_frame: int = P.MAX_FRAME,
         broker_options: Mapping[str, Any] | None = None,
+        unix_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        if not token and not is_loopback(host):
+        if not token and unix_path is None and not is_loopback(host):
             raise InvalidArgument(
                 f"refusing to bind {host!r} without a token: anyone who can reach it could "
                 "send and abort messages; pass --token (or CHRONOQ_TOKEN) or bind 127.0.0.1"
@@ -118,10 +125,20 @@ class BrokerServer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
-        self._sock = socket.create_server((host, port), backlog=512, reuse_port=False)
+        self.unix_path = None if unix_path is None else Path(unix_path)
+        try:
+            if self.unix_path is None:
+                self._sock = socket.create_server((host, port), backlog=512, reuse_port=False)
+            else:
+                self._sock = listen_unix(self.unix_path)
+        except BaseException:
+            self.broker.close()  # the directory is not left locked by a server that never ran
+            raise
+        self._sock_inode = None if self.unix_path is None else inode(self.unix_path)
         self._sock.settimeout(0.2)
         self.host = host
-        self.port: int = self._sock.getsockname()[1]
+        self.port: int = 0 if self.unix_path is not None else self._sock.getsockname()[1]
+        self.address = str(self.unix_path) if self.unix_path is not None else f"{host}:{self.port}"
         self._threads: list[threading.Thread] = []
 
     def _open_broker(self) -> EmbeddedBroker:
@@ -147,6 +164,7 @@ class BrokerServer:
             "max_body": self.broker.max_body_bytes,
             "max_frame": self.max_frame,
             "manual_clock": self.manual_clock is not None,
+            "pid": os.getpid(),
         }
 
     # -- running -------------------------------------------------------------------------------
@@ -160,7 +178,7 @@ class BrokerServer:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
-        log.info("serving %s on %s:%d (node %s)", self.data_dir, self.host, self.port, self.node)
+        log.info("serving %s on %s (node %s)", self.data_dir, self.address, self.node)
 
     def _accept_loop(self) -> None:
         while not self._stopping.is_set():
@@ -175,8 +193,12 @@ class BrokerServer:
                 time.sleep(0.1)
                 continue
             sock.settimeout(None)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(self, sock, f"{addr[0]}:{addr[1]}")
+            if self.unix_path is None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                peer = f"{addr[0]}:{addr[1]}"
+            else:
+                peer = f"unix:{sock.fileno()}"
+            conn = Connection(self, sock, peer)
             with self._lock:
                 full = len(self._conns) >= self.max_connections
                 if not full:
@@ -264,6 +286,8 @@ class BrokerServer:
         self._stopping.set()
         with contextlib.suppress(OSError):
             self._sock.close()
+        if self.unix_path is not None:  # still ours: the broker (and its lock) is not closed yet
+            remove_if_same(self.unix_path, self._sock_inode)
         with self._lock:
             conns = list(self._conns)
         for c in conns:
@@ -279,7 +303,7 @@ class BrokerServer:
             c.thread.join(timeout=5)
         self.metrics.stop()
         self._stopped.set()
-        log.info("broker server on port %d stopped", self.port)
+        log.info("broker server on %s stopped", self.address)
 
     def wait_stopped(self, timeout: float | None = None) -> bool:
         """Block until :meth:`shutdown` finished (or ``timeout`` s passed)."""
