@@ -42,7 +42,7 @@ def open_async_client(spec: ClientSpec) -> Any:
     pool: ConnectionPool = BlockingConnectionPool.from_url(
         spec.url, max_connections=MAX_CONNECTIONS, timeout=None, **TIMEOUTS
     )
-    return Redis(connection_pool=pool)
+    return Redis.from_pool(pool)  # owns the pool: closing the client closes it
 
 
 class AsyncScripts:

@@ -21,7 +21,9 @@ from broker_adapter.results import SendResult
 
 #: Messages that most batches carry (a single larger request goes alone): bounds the
 #: time one batch holds the event loop while it is packed and its reply read.
-MAX_BATCH = 256
+MAX_BATCH = 64
+#: Callers resumed per loop pass when a batch is answered.
+RESUME_CHUNK = 32
 #: Batches in flight at once: one is packed while others wait on Redis.
 MAX_WRITES = 4
 
@@ -100,10 +102,14 @@ class SendCoalescer:
                 raise
             return
         at = 0
-        for request, future in batch:
+        for i, (request, future) in enumerate(batch, 1):
             if not future.done():
                 future.set_result(results[at : at + len(request)])
             at += len(request)
+            if i % RESUME_CHUNK == 0 and i < len(batch):
+                # each answer resumes a caller on the next loop pass: a few at a time,
+                # so timers and other tasks run in between (the loop's lag stays small)
+                await asyncio.sleep(0)
 
 
 def _fail(batch: list[_Request], error: BaseException) -> None:
