@@ -7,10 +7,10 @@ the sync forms and send them through an
 :class:`~broker_adapter.async_base.AsyncBrokerAdapter` that :class:`AsyncClient`
 keeps for the app:
 
-* an in-process broker (``rocksdb://``, ``memory://``; or a broker object given to
-  the app) is reached through the app's own sync broker on a few threads
+* a local broker (``rocksdb://``, ``memory://``; or a broker object given to the
+  app) is reached through the app's own sync broker on a few threads
   (:class:`~broker_adapter.async_base.ThreadedAsyncBroker`): one process owns a
-  RocksDB directory, so a second handle on it would be refused;
+  RocksDB directory, and a ``memory://`` broker lives in the app's handle;
 * a URL whose scheme has a native async adapter
   (:data:`~broker_adapter.urls.ASYNC_ADAPTERS`) gets one of its own, speaking the
   protocol on the event loop;
@@ -40,8 +40,8 @@ from broker_adapter.errors import BrokerClosed
 from broker_adapter.urls import ASYNC_ADAPTERS, open_async_broker, split_url
 from scheduler.loop_rule import loop_running
 
-#: Schemes whose URL names an in-process broker: never given a native async adapter.
-IN_PROCESS_SCHEMES = frozenset({"rocksdb", "memory"})
+#: Schemes of local brokers: reached through the app's own broker, never a second one.
+LOCAL_SCHEMES = frozenset({"rocksdb", "memory"})
 
 #: How long ``close()`` waits for the adapter of a loop running in another thread.
 CLOSE_WAIT_S = 10.0
@@ -87,7 +87,7 @@ class AsyncClient:
         if self._url is None:
             return False
         scheme = split_url(self._url)[0]
-        return scheme in ASYNC_ADAPTERS and scheme not in IN_PROCESS_SCHEMES
+        return scheme in ASYNC_ADAPTERS and scheme not in LOCAL_SCHEMES
 
     @property
     def loops(self) -> int:
@@ -187,4 +187,4 @@ def _stop(entry: _LoopAdapter) -> None:
         entry.stop.set_result(None)
 
 
-__all__ = ["IN_PROCESS_SCHEMES", "AsyncClient"]
+__all__ = ["LOCAL_SCHEMES", "AsyncClient"]

@@ -2,15 +2,21 @@
 
 A sync client call (``close_order.schedule``, ``cancel``, ``get``,
 ``app.pending``, ...) made on a thread whose event loop is running, while the
-broker is reached over a socket (``chronoq://``, ``redis://``, a RocksDB
-directory served by another process), would stall every coroutine of that loop
+broker is reached over the network (``chronoq://``, ``redis://`` and its
+variants), would stall every coroutine of that loop
 for a network round trip. It raises :class:`SyncCallInEventLoop` before
 anything is sent, naming the ``_async`` form to await instead.
 
-In-process brokers (the embedded RocksDB broker, ``memory://``) are exempt:
-their calls return in microseconds without waiting on a socket, so refusing
-them would only break code that works (a sync ``schedule`` inside an ``async
-def`` job, a test). The ``_async`` forms work with them too.
+Brokers on this machine are exempt: the embedded RocksDB broker and
+``memory://`` answer in microseconds from this process, and a ``rocksdb://``
+directory shared by several processes (:mod:`broker_adapter.shared`) is a
+Unix-socket round trip of tens of microseconds to its owner. The rule follows
+the URL, not which process happens to own the directory right now, so every
+worker of one app (and its tests, on a ``ManualClock`` or ``memory://``) behaves
+alike. Refusing them would only break code that works (a sync ``schedule``
+inside an ``async def`` job); the ``_async`` forms work with them too, and are
+the better habit in coroutines (a directory changing owners can make a shared
+call wait).
 
 This module imports no asyncio (``import scheduler`` stays light): the check
 looks for a running loop only once asyncio was imported by someone.
@@ -23,9 +29,9 @@ import sys
 from broker_adapter.base import BrokerAdapter
 from scheduler.errors import SchedulerError
 
-#: Modules whose adapters keep the broker in this process (their calls are exempt
+#: Modules whose adapters keep the broker on this machine (their calls are exempt
 #: from the loop rule); a subclass defined elsewhere counts through its bases.
-IN_PROCESS_MODULES = ("broker_adapter.embedded", "broker_adapter.memory")
+LOCAL_MODULES = ("broker_adapter.embedded", "broker_adapter.memory", "broker_adapter.shared")
 
 
 class SyncCallInEventLoop(SchedulerError, RuntimeError):
@@ -44,10 +50,10 @@ class SyncCallInEventLoop(SchedulerError, RuntimeError):
         )
 
 
-def is_in_process(broker: BrokerAdapter) -> bool:
-    """Whether ``broker`` keeps its data in this process (embedded, memory), so a
-    call returns in microseconds and never waits on a socket."""
-    return any(c.__module__.startswith(IN_PROCESS_MODULES) for c in type(broker).__mro__)
+def is_local(broker: BrokerAdapter) -> bool:
+    """Whether ``broker`` is on this machine (embedded, memory, a shared
+    ``rocksdb://`` directory): exempt from the loop rule."""
+    return any(c.__module__.startswith(LOCAL_MODULES) for c in type(broker).__mro__)
 
 
 def loop_running() -> bool:
@@ -63,16 +69,16 @@ def check_sync_call(broker: BrokerAdapter, call: str) -> None:
     """Apply the loop rule to sync call ``call`` about to use ``broker``.
 
     :raises SyncCallInEventLoop: when this thread runs an event loop and ``broker``
-        is not in-process.
+        is not local (:func:`is_local`).
     """
-    if loop_running() and not is_in_process(broker):
+    if loop_running() and not is_local(broker):
         raise SyncCallInEventLoop(call)
 
 
 __all__ = [
-    "IN_PROCESS_MODULES",
+    "LOCAL_MODULES",
     "SyncCallInEventLoop",
     "check_sync_call",
-    "is_in_process",
+    "is_local",
     "loop_running",
 ]
