@@ -20,11 +20,12 @@ so importing an app module is cheap and side-effect free.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, overload
@@ -218,6 +219,38 @@ class Scheduler(AppCalls):
                 self._broker = open_broker(url, **self._clock_kwargs())
                 _log.debug("opened broker %s", url)
             return self._broker
+
+    @contextlib.contextmanager
+    def use_broker(
+        self, broker: BrokerAdapter, *, clock: Clock | None = None
+    ) -> Iterator[BrokerAdapter]:
+        """Send through ``broker`` (and read time from ``clock``, if given) inside the
+        ``with`` block, then restore what was there: how a test points an app built at
+        import at a ``memory://`` broker (the ``chronoq`` fixture of
+        :mod:`workers.testing` does). ``broker`` is used as given, never closed here;
+        a broker this app had opened stays open for after the block.
+
+        :raises TypeError: for a ``broker`` that is not a BrokerAdapter.
+        :raises BrokerClosed: after :meth:`close`.
+        """
+        if not isinstance(broker, BrokerAdapter):
+            raise TypeError(f"use_broker takes a BrokerAdapter, got {type(broker).__name__}")
+        with self._lock:
+            if self._closed:
+                raise BrokerClosed("this Scheduler is closed; create a new one")
+            saved = (self._broker, self._owns_broker, self._clock, self._given_clock)
+            saved_async = self._async_client
+            self._broker, self._owns_broker, self._async_client = broker, False, None
+            if clock is not None:
+                self._clock = self._given_clock = clock
+        try:
+            yield broker
+        finally:
+            with self._lock:
+                clients, self._async_client = self._async_client, saved_async
+                self._broker, self._owns_broker, self._clock, self._given_clock = saved
+            if clients is not None:  # it wrapped ``broker``: gone with the block
+                clients.close()
 
     def handle(self, name: str) -> JobHandle[Any, Any]:
         """The :class:`JobHandle` of the job registered here under ``name``.
