@@ -117,6 +117,18 @@ class MemoryBroker(AdapterBase):
         """The clock this broker reads (a shared broker's: the one it was created with)."""
         return self._store.clock
 
+    def body(self, msg_id: str) -> bytes | None:
+        """The body of a message this broker still knows, ``None`` otherwise: for test
+        tools (the contract's views carry no bodies), e.g. to tell which job a pending
+        message will run.
+
+        :raises BrokerClosed: when the broker is closed.
+        """
+        self.check_open()
+        with self._store.lock:
+            msg = self._store.messages.get(msg_id)
+            return None if msg is None else msg.body
+
     # -- primitives -----------------------------------------------------------------------
 
     def _send_checked(self, messages: Sequence[Message]) -> list[SendResult]:
