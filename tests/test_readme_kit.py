@@ -21,7 +21,7 @@ def readme_kit_example() -> str:
     """The first ```python block after the "Testing your app" heading."""
     text = README.read_text(encoding="utf-8")
     start = text.index("### Testing your app")
-    found = re.search(r"```python\n(.*?)```", text[start:], re.S)
+    found = re.search(r"```python\n(.*?)```", text[start:], re.DOTALL)
     assert found is not None, "no python block under 'Testing your app'"
     return found.group(1)
 

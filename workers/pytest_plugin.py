@@ -83,7 +83,7 @@ def chronoq(
         yield kit
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """Run an ``async def`` test that uses ``chronoq`` on a new event loop, unless an
     async plugin (pytest-asyncio, anyio) claims it."""
