@@ -14,13 +14,15 @@ survive a close sets ``can_reopen=False``; tests that need it then skip.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import asyncio
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
 
+from broker_adapter.async_base import AsyncBrokerAdapter
 from broker_adapter.base import BrokerAdapter, Consumer
 from broker_adapter.clock import ManualClock
 from broker_adapter.errors import BrokerClosed
@@ -214,3 +216,60 @@ def harness(
 def broker(harness: Harness) -> BrokerAdapter:
     """The broker under test (parametrized by adapter through ``harness``)."""
     return harness.broker
+
+
+# -- the client half, awaitable (test_async_contract.py) -------------------------------
+
+
+def open_async_of(h: Harness) -> AsyncBrokerAdapter:
+    """The awaitable client of ``h``'s broker, opened as an app opens it: for a network
+    adapter ``open_async_broker`` on the same server (a native adapter where
+    ``ASYNC_ADAPTERS`` has one, else the threaded fallback); for a local one
+    (embedded, memory) the harness's own broker on threads, since one process owns
+    a RocksDB directory (see ``scheduler.async_client``)."""
+    from broker_adapter.async_base import ThreadedAsyncBroker
+    from broker_adapter.urls import open_async_broker
+
+    if h.adapter == "remote":
+        return open_async_broker(h.factory.server.url)  # type: ignore[attr-defined]
+    if h.adapter == "redis":  # the client computes due times: it needs the test's clock
+        return open_async_broker(h.factory.url, clock=h.clock)  # type: ignore[attr-defined]
+    return ThreadedAsyncBroker(h.broker)
+
+
+@dataclass
+class AsyncHarness:
+    """An awaitable client (``broker``) on the data of a sync :class:`Harness`
+    (``sync``: the clock, consumers, the sync view to check what a call did)."""
+
+    sync: Harness
+    broker: AsyncBrokerAdapter
+
+    def run(self, body: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+        """Run ``body()`` on a fresh event loop, closing the client on that loop at
+        the end (an async adapter belongs to the loop it was used on)."""
+
+        async def main() -> Any:
+            try:
+                return await body()
+            finally:
+                await self.broker.close()
+
+        return asyncio.run(main())
+
+
+@pytest.fixture
+def async_harness(harness: Harness) -> Iterator[AsyncHarness]:
+    """An async client of each adapter in :data:`ADAPTERS` (ids as ``harness``)."""
+    ah = AsyncHarness(harness, open_async_of(harness))
+    try:
+        yield ah
+    finally:
+        if not getattr(ah.broker, "closed", True):  # never ran: nothing bound to a loop
+            asyncio.run(ah.broker.close())
+
+
+@pytest.fixture
+def async_broker(async_harness: AsyncHarness) -> AsyncBrokerAdapter:
+    """The async client under test (parametrized by adapter through ``harness``)."""
+    return async_harness.broker
