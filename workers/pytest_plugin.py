@@ -91,6 +91,10 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         return None
     if any(pyfuncitem.get_closest_marker(m) for m in ("asyncio", "anyio", "trio")):
         return None
+    from workers.testing import ChronoqKit
+
+    if not isinstance(pyfuncitem.funcargs.get("chronoq"), ChronoqKit):
+        return None  # a project's own fixture of that name: not ours to run
     params = inspect.signature(pyfuncitem.obj).parameters
     args = {name: pyfuncitem.funcargs[name] for name in params if name in pyfuncitem.funcargs}
     asyncio.run(pyfuncitem.obj(**args))
