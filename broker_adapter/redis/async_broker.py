@@ -62,6 +62,8 @@ class AsyncRedisBroker(AsyncAdapterBase):
     :param max_delay_ms: the furthest ahead a message may be due.
     :param retention_ms: how long an aborted message stays readable.
     :param max_batch: messages most coalesced script calls carry.
+    :param closes: more ``redis.asyncio`` objects to close with the client (e.g. the
+        ``Sentinel`` that names its master).
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class AsyncRedisBroker(AsyncAdapterBase):
         max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
         retention_ms: int = DEFAULT_RETENTION_MS,
         max_batch: int = MAX_BATCH,
+        closes: Sequence[Any] = (),
     ) -> None:
         if shards is None:
             shards = K.DEFAULT_SHARDS if isinstance(client, RedisCluster) else K.SINGLE_SHARDS
@@ -89,6 +92,7 @@ class AsyncRedisBroker(AsyncAdapterBase):
         self._max_delay_ms = max_delay_ms
         self._retention_ms = retention_ms
         self._client = client
+        self._closes = tuple(closes)
         self._clock: Clock = clock or SystemClock()
         self._keys = Keyspace.build(prefix, shards)
         self._scripts = AsyncScripts(client)
@@ -110,7 +114,8 @@ class AsyncRedisBroker(AsyncAdapterBase):
         for name in FIRING_OPTIONS:
             opts.pop(name, None)
         opts.update(kwargs)
-        return cls(open_async_client(spec), **opts)
+        client, closes = open_async_client(spec)
+        return cls(client, closes=closes, **opts)
 
     @property
     def keyspace(self) -> Keyspace:
@@ -149,6 +154,7 @@ class AsyncRedisBroker(AsyncAdapterBase):
         shard, n = parsed
         bucket_key, message_key, body_key = message_keys(keys, shard, n)
         with redis_errors("query"):
+            await self._scripts.ready()
             pipe = self._client.pipeline(transaction=False)
             pipe.hget(bucket_key, n)
             pipe.hgetall(message_key)
@@ -176,6 +182,7 @@ class AsyncRedisBroker(AsyncAdapterBase):
 
     async def _stats(self) -> BrokerStats:
         with redis_errors("stats"):
+            await self._scripts.ready()
             pipe = self._client.pipeline(transaction=False)
             for key in stat_keys(self._keys):
                 pipe.hgetall(key)
@@ -184,10 +191,11 @@ class AsyncRedisBroker(AsyncAdapterBase):
 
     async def _close(self) -> None:
         await self._sender.wait_idle()  # sends accepted before close are answered
-        try:
-            await self._client.aclose()
-        except (RedisError, OSError):
-            pass  # closing: a connection already gone is what we wanted
+        for resource in (self._client, *self._closes):
+            try:
+                await resource.aclose()
+            except (RedisError, OSError):
+                pass  # closing: a connection already gone is what we wanted
 
 
 __all__ = ["AsyncRedisBroker"]

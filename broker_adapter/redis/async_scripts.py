@@ -15,7 +15,9 @@ from typing import Any
 import msgpack
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import ConnectionPool
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
+from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 
 from broker_adapter.redis.connect import TIMEOUTS, ClientSpec
@@ -27,22 +29,29 @@ from broker_adapter.redis.scripts import SHAS, SOURCES, Call
 MAX_CONNECTIONS = 32
 
 
-def open_async_client(spec: ClientSpec) -> Any:
+def open_async_client(spec: ClientSpec) -> tuple[Any, list[Any]]:
     """A ``redis.asyncio`` client (``Redis``, ``RedisCluster``, or the master a Sentinel
-    names) for ``spec``; it connects on its first command, on the loop that awaits it."""
+    names) for ``spec``, and what else to ``aclose()`` with it (the Sentinel manager's
+    own connections); it connects on its first command, on the loop that awaits it.
+
+    It never makes a command again by itself: a script whose connection broke may have
+    run, and a send made twice would be stored twice. The error reaches the caller
+    (``ConnectionFailed``), who decides; the next call connects afresh.
+    """
+    once = {"retry": Retry(NoBackoff(), 0), **TIMEOUTS}
     if spec.kind == "sentinel":
         sentinel = Sentinel(  # type: ignore[no-untyped-call]
             list(spec.sentinels), sentinel_kwargs=spec.sentinel_kwargs, **TIMEOUTS
         )
-        return sentinel.master_for(spec.service, **spec.master_kwargs)
+        return sentinel.master_for(spec.service, **{**spec.master_kwargs, **once}), [sentinel]
     if spec.kind == "cluster":
-        return RedisCluster.from_url(spec.url, max_connections=MAX_CONNECTIONS, **TIMEOUTS)
+        return RedisCluster.from_url(spec.url, max_connections=MAX_CONNECTIONS, **once), []
     from redis.asyncio import BlockingConnectionPool, Redis
 
     pool: ConnectionPool = BlockingConnectionPool.from_url(
-        spec.url, max_connections=MAX_CONNECTIONS, timeout=None, **TIMEOUTS
+        spec.url, max_connections=MAX_CONNECTIONS, timeout=None, **once
     )
-    return Redis.from_pool(pool)  # owns the pool: closing the client closes it
+    return Redis.from_pool(pool), []  # owns the pool: closing the client closes it
 
 
 class AsyncScripts:
@@ -56,6 +65,19 @@ class AsyncScripts:
         #: On a cluster each call touches one slot; on one instance a looping script
         #: serves every shard in one call.
         self.cluster = isinstance(client, RedisCluster)
+        self._loaded = False
+        self._loading = asyncio.Lock()
+
+    async def ready(self) -> None:
+        """Before the first command: load the scripts once (a cluster client learns its
+        slot map then). Concurrent first calls would each start a cluster client's
+        discovery, whose redirections and reconnects break each other's calls."""
+        if self._loaded:
+            return
+        async with self._loading:
+            if not self._loaded:
+                await self.load()
+                self._loaded = True
 
     async def load(self) -> None:
         """Load every script (on every master of a cluster)."""
@@ -69,6 +91,7 @@ class AsyncScripts:
 
     async def call(self, name: str, key: str, args: Sequence[Any]) -> Any:
         """Run one script; loads the scripts once if Redis does not know it."""
+        await self.ready()
         try:
             return await self._client.evalsha(SHAS[name], 1, key, *args)
         except NoScriptError:
@@ -83,6 +106,7 @@ class AsyncScripts:
         """
         if len(calls) == 1 or self.cluster:
             return await _gather([self.call(*c) for c in calls])
+        await self.ready()
         results = await self._run(calls)
         retry = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
         if retry:
@@ -111,6 +135,7 @@ class AsyncScripts:
         :param common: the arguments before the shard groups.
         :param per_shard: each shard's argument group (the script knows where each ends).
         """
+        await self.ready()
         if not self.cluster:
             flat = [x for p in per_shard for x in p]
             reply = await self.call(name, keys[0], (*common, *flat))

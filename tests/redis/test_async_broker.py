@@ -24,7 +24,7 @@ from broker_adapter.redis.keys import Keyspace
 from broker_adapter.results import AbortStatus, MessageState, SendStatus
 from tests.conftest import START_MS
 from tests.helpers import assert_nothing, pull_one, pull_until
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisClusterProcs, RedisSentinelProcs, RedisServer
 
 pytestmark = [pytest.mark.external_service, pytest.mark.timeout(180)]
 
@@ -421,3 +421,106 @@ def test_a_redis_restart_fails_the_call_in_flight_then_the_adapter_recovers(
         run(main)
     finally:
         again.stop()
+
+
+# -- Redis Cluster and Sentinel ----------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[RedisClusterProcs]:
+    procs = RedisClusterProcs(tmp_path / "cluster", masters=3)
+    try:
+        yield procs.start()
+    finally:
+        procs.stop()
+
+
+def test_on_a_cluster_async_sends_spread_over_the_shards_and_a_sync_consumer_gets_them(
+    cluster: RedisClusterProcs,
+) -> None:
+    clock = ManualClock(START_MS)
+    sync_broker = RedisBroker.from_url(cluster.url, clock=clock)
+    consumer = sync_broker.consumer("g", ["t"], max_inflight=500)
+
+    async def main() -> list[str]:
+        async with AsyncRedisBroker.from_url(cluster.url, clock=clock) as broker:
+            assert broker.keyspace == sync_broker.keyspace  # 12 shards on a cluster
+            batch = await broker.send_batch(
+                [Message("t", b"%d" % i, delay_ms=1_000) for i in range(120)]
+            )
+            singles = await asyncio.gather(
+                *(broker.send(Message("t", b"k", key=f"k{i}", delay_ms=1_000)) for i in range(60))
+            )
+            ids = [r.msg_id for r in [*batch, *singles]]
+            assert len(set(ids)) == 180
+            assert {i.split("-")[0] for i in ids} == {str(s) for s in range(12)}
+            dup = await broker.send(Message("t", key="k3", delay_ms=5_000))
+            assert (dup.status, dup.msg_id) == (SendStatus.DUPLICATE, singles[3].msg_id)
+            assert (await broker.stats()).topics["t"].pending == 180
+            assert len(await broker.pending(limit=500)) == 180
+            view = await broker.query(singles[5].msg_id)
+            assert view is not None and view.key == "k5"
+            aborted = await broker.abort(key="k5", topic="t")
+            assert (aborted.status, aborted.msg_id) == (AbortStatus.ABORTED, singles[5].msg_id)
+            assert (await broker.abort(batch[0].msg_id)).status is AbortStatus.ABORTED
+            return ids
+
+    try:
+        ids = run(main)
+        clock.advance(1_000)
+        got = pull_until(consumer, 178, timeout=30, max_messages=200)
+        assert sorted(m.msg_id for m in got) == sorted(set(ids) - {ids[0], ids[125]})
+        again = sync_broker.send(Message("t", key="k7", deliver_at_ms=START_MS + 1_000))
+        assert again.status is SendStatus.DUPLICATE  # fired, asked for the same due ms
+    finally:
+        sync_broker.close()
+
+
+@pytest.fixture
+def sentinel(tmp_path: Path) -> Iterator[RedisSentinelProcs]:
+    procs = RedisSentinelProcs(tmp_path / "sentinel")
+    try:
+        yield procs.start()
+    finally:
+        procs.stop()
+
+
+def test_through_sentinel_the_async_client_reaches_the_master_and_follows_a_failover(
+    sentinel: RedisSentinelProcs,
+) -> None:
+    clock = ManualClock(START_MS)
+    url = sentinel.url + "?retention_ms=600000"
+    sync_broker = RedisBroker.from_url(url, clock=clock)
+    consumer = sync_broker.consumer("g", ["t"])
+
+    async def main() -> None:
+        async with open_async_broker(url, clock=clock) as broker:
+            assert isinstance(broker, AsyncRedisBroker)
+            first = await broker.send(Message("t", b"before", key="a", delay_ms=1_000))
+            assert sync_broker.query(first.msg_id) == await broker.query(first.msg_id)
+            master = redis.Redis(host="127.0.0.1", port=sentinel.master.port)
+            try:
+                master.execute_command("WAIT", 1, 5_000)  # type: ignore[no-untyped-call]
+            finally:
+                master.close()
+            # When: the master dies; the sentinel promotes the replica
+            await asyncio.to_thread(sentinel.master.kill)
+            for _ in range(600):
+                try:
+                    after = await broker.send(Message("t", b"after", delay_ms=1_000))
+                    break
+                except ConnectionFailed:  # until the promotion
+                    await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("no send succeeded after the failover")
+            assert after.status is SendStatus.OK
+            dup = await broker.send(Message("t", key="a", delay_ms=1_000))
+            assert (dup.status, dup.msg_id) == (SendStatus.DUPLICATE, first.msg_id)
+
+    try:
+        run(main)
+        clock.advance(1_000)
+        got = pull_until(consumer, 2, timeout=30)
+        assert sorted(m.body for m in got) == [b"after", b"before"]
+    finally:
+        sync_broker.close()
