@@ -31,7 +31,13 @@ What a caller sees while that happens:
   abort answers ``ABORTED`` again) are retried once on the new owner instead.
 * A consumer keeps pulling from the new owner. Messages it pulled from the old
   one cannot be settled any more (``ack`` answers ``False``): they are delivered
-  again (at-least-once; the message id is the idempotency key downstream).
+  again (at-least-once; the message id is the idempotency key downstream). A
+  handover is a restart of the embedded broker: what any process had pulled and
+  not settled comes back, and after a kill also what was acked since the group's
+  last cursor commit (see :mod:`~broker_adapter.embedded.groups`).
+
+A keyed retry answers ``DUPLICATE`` while the first send is pending (or, once it
+fired, when both asked for the same absolute ``deliver_at_ms``): retry at once.
 
 Configuration: ``rocksdb://DIR?share=0`` (or ``CHRONOQ_SHARE=0``) turns sharing
 off: a second opener then gets :class:`~broker_adapter.errors.BrokerLocked`, as
@@ -346,6 +352,9 @@ class SharedBroker(AdapterBase):
 
     def _send_one(self, message: Message) -> SendResult:
         """See :meth:`BrokerAdapter.send`."""
+        att = self._attachment
+        if att is not None and att.role is Role.OWNER:  # the hot path: no closure, no retry
+            return att.broker.send(message)
         return self._call("send", lambda b: b.send(message), retry=False)
 
     def _send_checked(self, messages: Sequence[Message]) -> list[SendResult]:
