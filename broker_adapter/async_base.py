@@ -28,7 +28,7 @@ from typing import Any, Self
 from broker_adapter.adapter import check_messages
 from broker_adapter.base import BrokerAdapter
 from broker_adapter.checks import check_abort_args, check_pending_limit
-from broker_adapter.errors import BrokerClosed
+from broker_adapter.errors import BrokerClosed, InvalidArgument, InvalidMessage
 from broker_adapter.message import Message
 from broker_adapter.results import AbortResult, BrokerStats, MessageView, SendResult
 
@@ -182,6 +182,16 @@ class AsyncAdapterBase(AsyncBrokerAdapter):
 class ThreadedAsyncBroker(AsyncAdapterBase):
     """The async face of a sync adapter: each call runs on a small thread pool.
 
+    Sends are coalesced: every send made during one turn of the event loop goes to
+    the broker as one ``send_batch`` on one thread. A RocksDB write holds the GIL, so
+    a thousand coroutines sending at once cost one write and one thread hop instead
+    of a thousand (the loop stays free meanwhile). The answers are those of separate
+    sends: a keyed duplicate within the turn is ``DUPLICATE`` as it would be later,
+    and when the joint batch is refused as invalid (nothing stored), each caller's
+    own batch is sent again alone, so an error reaches only the caller it belongs to.
+    Any other failure (the broker closed, a lost connection) reaches every caller of
+    the turn, as it would have reached each of them.
+
     :param broker: the sync adapter (e.g. an app's embedded broker).
     :param own: close ``broker`` when this adapter closes (``False``: it belongs to
         someone else, e.g. the app that opened it).
@@ -192,6 +202,7 @@ class ThreadedAsyncBroker(AsyncAdapterBase):
         self._broker = broker
         self._own = own
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="chronoq-async-broker")
+        self._turn: list[tuple[Sequence[Message], Any]] = []  # sends of this loop turn
 
     @property
     def broker(self) -> BrokerAdapter:
@@ -205,8 +216,47 @@ class ThreadedAsyncBroker(AsyncAdapterBase):
         return await loop.run_in_executor(self._pool, partial(fn, *args, **kwargs))
 
     async def _send_checked(self, messages: Sequence[Message]) -> list[SendResult]:
-        result: list[SendResult] = await self._call(self._broker.send_batch, messages)
+        import asyncio  # see _call
+
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
+        if not self._turn:
+            loop.call_soon(self._send_turn, loop)
+        self._turn.append((messages, answer))
+        result: list[SendResult] = await answer
         return result
+
+    def _send_turn(self, loop: Any) -> None:
+        """Hand the sends of the loop turn that just ended to a thread, as one batch."""
+        turn, self._turn = self._turn, []
+        done = loop.run_in_executor(self._pool, self._send_on_thread, turn)
+        done.add_done_callback(partial(_answer_turn, turn))
+
+    def _send_on_thread(
+        self, turn: list[tuple[Sequence[Message], Any]]
+    ) -> list[list[SendResult] | BaseException]:
+        """Each caller's results (or error): one batch, or one batch each when the
+        joint one is refused as invalid (nothing was stored then)."""
+        if len(turn) > 1:
+            joint = [m for messages, _ in turn for m in messages]
+            try:
+                results = self._broker.send_batch(joint)
+            except (InvalidMessage, InvalidArgument):
+                pass  # someone's message is bad: let each batch answer for itself
+            else:
+                out: list[list[SendResult] | BaseException] = []
+                start = 0
+                for messages, _ in turn:
+                    out.append(results[start : start + len(messages)])
+                    start += len(messages)
+                return out
+        answers: list[list[SendResult] | BaseException] = []
+        for messages, _ in turn:
+            try:
+                answers.append(self._broker.send_batch(messages))
+            except Exception as e:  # noqa: BLE001 - handed to the caller it belongs to
+                answers.append(e)
+        return answers
 
     async def _abort(self, msg_id: str | None, key: str | None, topic: str | None) -> AbortResult:
         result: AbortResult = await self._call(self._broker.abort, msg_id, key=key, topic=topic)
@@ -238,6 +288,20 @@ class ThreadedAsyncBroker(AsyncAdapterBase):
         import asyncio  # see _call
 
         await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+def _answer_turn(turn: list[tuple[Sequence[Message], Any]], done: Any) -> None:
+    """Complete each caller's future of ``turn`` from the thread's outcome (on the loop)."""
+    error = done.exception()
+    answers = None if error is not None else done.result()
+    for i, (_, answer) in enumerate(turn):
+        if answer.done():  # the caller was cancelled meanwhile
+            continue
+        outcome = error if answers is None else answers[i]
+        if isinstance(outcome, BaseException):
+            answer.set_exception(outcome)
+        else:
+            answer.set_result(outcome)
 
 
 __all__ = ["AsyncAdapterBase", "AsyncBrokerAdapter", "ThreadedAsyncBroker"]
