@@ -23,7 +23,7 @@ from broker_adapter.results import SendResult
 #: time one batch holds the event loop while it is packed and its reply read.
 MAX_BATCH = 64
 #: Callers resumed per loop pass when a batch is answered.
-RESUME_CHUNK = 32
+RESUME_CHUNK = 8
 #: Batches in flight at once: one is packed while others wait on Redis.
 MAX_WRITES = 4
 
