@@ -21,6 +21,7 @@ was wrong and what to do about it.
         ├── BrokerClosed                    call on a closed broker or consumer
         ├── BrokerLocked                    data directory owned by another process
         ├── ConnectionFailed                a remote broker could not be reached
+        │   └── OwnerLost                   a shared rocksdb:// owner died mid-call (broker_adapter.shared)
         └── AuthenticationFailed            wrong or missing token
 """
 
