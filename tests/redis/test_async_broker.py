@@ -21,6 +21,7 @@ from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
 from broker_adapter.redis.async_broker import AsyncRedisBroker
 from broker_adapter.redis.keys import Keyspace
+from broker_adapter.redis.send_coalescer import MAX_WRITES
 from broker_adapter.results import AbortStatus, MessageState, SendStatus
 from tests.conftest import START_MS
 from tests.helpers import assert_nothing, pull_one, pull_until
@@ -389,6 +390,36 @@ def test_the_loop_keeps_running_while_redis_does_not_answer(own_server: RedisSer
                 own_server.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
             assert (await sending).status is SendStatus.OK
             assert await querying is not None
+
+    run(main)
+
+
+def test_a_send_cancelled_while_queued_behind_busy_writes_is_not_stored(
+    own_server: RedisServer,
+) -> None:
+    assert own_server.proc is not None
+
+    async def main() -> None:
+        async with AsyncRedisBroker.from_url(own_server.url) as broker:
+            await broker.send(Message("t", b"warm", delay_ms=1_000))
+            own_server.proc.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+            try:
+                busy = []
+                for i in range(MAX_WRITES):  # each write takes what is queued, then waits
+                    busy.append(asyncio.ensure_future(broker.send(Message("t", b"%d" % i))))
+                    for _ in range(3):
+                        await asyncio.sleep(0)
+                queued = asyncio.ensure_future(broker.send(Message("t", b"cancelled")))
+                await asyncio.sleep(0.01)
+                queued.cancel()
+            finally:
+                own_server.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+            assert all(r.status is SendStatus.OK for r in await asyncio.gather(*busy))
+            with pytest.raises(asyncio.CancelledError):
+                await queued
+            pending = await broker.pending()
+            assert len(pending) == 1 + MAX_WRITES
+            assert {v.body_size for v in pending} == {1, 4}  # "0".."3" and "warm"
 
     run(main)
 
