@@ -1,9 +1,10 @@
 """Optional parts of chronoq: import a third-party module that an extra installs.
 
 The base install (``pip install chronoq``) is what the embedded broker, the
-scheduler and ``chronoq run`` need. Celery, PySpark, redis-py, matplotlib and
-prometheus_client come with extras; a feature that needs one imports it through
-:func:`require`, so a missing extra is a :class:`~broker_adapter.errors.MissingExtra`
+scheduler and ``chronoq run`` need. Celery, PySpark, redis-py, matplotlib,
+prometheus_client, and FastAPI, uvicorn and Django (for the web app examples;
+the core never imports them) come with extras; a feature that needs one imports
+it through :func:`require`, so a missing extra is a :class:`~broker_adapter.errors.MissingExtra`
 naming the ``pip install`` line, not a bare ``ModuleNotFoundError``.
 """
 
@@ -21,6 +22,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "spark": ("pyspark",),
     "report": ("matplotlib",),
     "metrics": ("prometheus_client",),
+    "fastapi": ("fastapi", "uvicorn"),
+    "django": ("django",),
 }
 
 

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 profile="${1:-all}"
 case "$profile" in
     base) spec="."; check="import broker_adapter, scheduler, workers, rocksdict, croniter, msgpack" ;;
-    all) spec=".[all,dev]"; check="import broker_adapter, rocksdict, croniter, celery, pyspark, redis, matplotlib, prometheus_client, pytest, hypothesis, mypy, ruff" ;;
+    all) spec=".[all,dev]"; check="import broker_adapter, rocksdict, croniter, celery, pyspark, redis, matplotlib, prometheus_client, fastapi, uvicorn, django, httpx, pytest, hypothesis, mypy, ruff" ;;
     *) echo "usage: scripts/setup.sh [base|all]" >&2; exit 2 ;;
 esac
 if [ ! -x .venv/bin/python ]; then
