@@ -12,6 +12,7 @@ refused. Everything waits on conditions with deadlines; nothing asserts a timing
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -254,9 +255,13 @@ def run_orders(
         services,
         f"the {len(unpaid)} unpaid orders closed",
     )
+
+    def settled(order_id: int) -> dict[str, Any] | None:
+        return _settled(_call("GET", f"{base}/orders/{order_id}").json())
+
     for order_id in out.created:
         shown = _eventually(
-            lambda o=order_id: _settled(_call("GET", f"{base}/orders/{o}").json()),
+            functools.partial(settled, order_id),
             services,
             f"order {order_id}'s auto-close settled",
         )
