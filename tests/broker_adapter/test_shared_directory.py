@@ -149,7 +149,9 @@ def test_sigkill_of_the_owner_loses_no_acknowledged_job(
     times = Counter(key for key, _pid in runs_now)
     again = {key: n for key, n in times.items() if n > 1}
     assert max(times.values()) <= 1 + handovers, again
-    print(f"\nsends failed at the kill: {len(failed)}; handovers: {handovers}; run again: {len(again)}")
+    print(
+        f"\nsends failed at the kill: {len(failed)}; handovers: {handovers}; run again: {len(again)}"
+    )
 
 
 def test_socket_role_share_off_and_the_cli_against_a_running_owner(
