@@ -55,7 +55,8 @@ log.addHandler(logging.NullHandler())
 class AsyncRemoteBroker(AsyncAdapterBase):
     """An asyncio client of one or more broker servers; connects on its first call.
 
-    :param endpoints: ``"h1:p1,h2:p2"`` or a sequence of ``(host, port)``.
+    :param endpoints: ``"h1:p1,h2:p2"`` or a sequence of ``(host, port)``; ``(path, None)``
+        is a Unix socket (a data directory's owner serves one).
     :param token: the servers' token (default none).
     :param send_timeout_ms: bound on a send, retries included.
     :param retries: extra attempts of a send after a connection failure.
@@ -66,7 +67,7 @@ class AsyncRemoteBroker(AsyncAdapterBase):
 
     def __init__(
         self,
-        endpoints: str | Sequence[tuple[str, int]],
+        endpoints: str | Sequence[tuple[str, int | None]],
         *,
         token: str | None = None,
         send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS,

@@ -303,9 +303,13 @@ def test_sends_across_a_server_restart_are_answered_or_fail_typed_never_lost(
 
         async def until(count: int) -> None:
             while len(ok) < count:
+                if any(s.done() for s in senders):
+                    await asyncio.gather(*senders)  # a sender's unexpected error, raised
+                    raise AssertionError("a sender stopped early")
                 await asyncio.sleep(0.01)
 
-        senders = [asyncio.create_task(sender(w)) for w in range(20)]
+        senders: list[asyncio.Task[None]] = []
+        senders += [asyncio.create_task(sender(w)) for w in range(20)]
         await until(300)
         await asyncio.to_thread(server.restart)
         await until(len(ok) + 300)  # reconnected
