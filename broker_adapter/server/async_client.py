@@ -1,21 +1,23 @@
 """AsyncRemoteBroker: the awaitable client of ``chronoq://host:port[,host2:port2]?token=...``.
 
 The asyncio twin of :class:`~broker_adapter.server.client.RemoteBroker`, speaking
-the same protocol natively on the event loop (:mod:`~broker_adapter.server.async_link`):
-it never blocks the loop, and any number of coroutines share one connection per
-server. Its behaviour is the sync client's, rule for rule: ``send``/``send_batch``
-wait within ``send_timeout_ms`` (default 3 s) and retry a failed connection up
-to ``retries`` times (default 2) on another endpoint, with latency-based fault
-avoidance (:mod:`~broker_adapter.server.fault`); a message with a key always
-goes to the endpoint its ``(topic, key)`` hashes to, ids are ``NODE:ID`` with
-several endpoints, reads merge all endpoints (:mod:`~broker_adapter.server.routing`).
+the same protocol natively on the event loop (:mod:`~broker_adapter.server.async_link`;
+:mod:`~broker_adapter.server.async_endpoint` reconnects): it never blocks the loop,
+and any number of coroutines share one connection per server. Its behaviour is
+the sync client's, rule for rule: ``send``/``send_batch`` wait within
+``send_timeout_ms`` (default 3 s) and retry a failed connection up to ``retries``
+times (default 2) on another endpoint, with latency-based fault avoidance
+(:mod:`~broker_adapter.server.fault`); a message with a key always goes to the
+endpoint its ``(topic, key)`` hashes to, ids are ``NODE:ID`` with several
+endpoints, reads merge all endpoints (:mod:`~broker_adapter.server.routing`).
 A body over the server's limit (learnt on connecting) is refused before sending.
 Other requests wait at most ``request_timeout_s`` and are not retried: a request
 in flight when its connection breaks fails with
 :class:`~broker_adapter.errors.ConnectionFailed` (it may or may not have run),
-and the next call connects again. Consumers stay on the sync side.
+and the next call connects again. A server that is stopping answers as a lost
+connection does. Consumers stay on the sync side.
 
-Use one client per event loop.
+Use one client per event loop (one that outlives its loop connects again on the next).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from broker_adapter.errors import BrokerClosed, ConnectionFailed, InvalidArgumen
 from broker_adapter.message import Message
 from broker_adapter.results import AbortResult, AbortStatus, BrokerStats, MessageView, SendResult
 from broker_adapter.server import values as V
-from broker_adapter.server.async_link import AsyncEndpoint
+from broker_adapter.server.async_endpoint import AsyncEndpoint
 from broker_adapter.server.client import DEFAULT_RETRIES, DEFAULT_SEND_TIMEOUT_MS
 from broker_adapter.server.endpoint import parse_endpoints, url_options
 from broker_adapter.server.fault import FaultTolerance
