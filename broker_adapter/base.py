@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Self
+from typing import ClassVar, Self
 
 from broker_adapter.message import DELAY_LEVELS, Message
 from broker_adapter.results import (
@@ -182,6 +182,12 @@ class BrokerAdapter(abc.ABC):
     A broker is a context manager; leaving it closes it. All methods are safe
     to call from several threads.
     """
+
+    #: Whether its calls are answered on this machine in microseconds (the embedded
+    #: broker, ``memory://``, a shared ``rocksdb://`` directory), not over a network;
+    #: a sync call of such a broker may run on an event loop (see
+    #: :mod:`scheduler.loop_rule`).
+    local: ClassVar[bool] = False
 
     @abc.abstractmethod
     def send(self, message: Message) -> SendResult:

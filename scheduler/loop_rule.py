@@ -29,10 +29,6 @@ import sys
 from broker_adapter.base import BrokerAdapter
 from scheduler.errors import SchedulerError
 
-#: Modules whose adapters keep the broker on this machine (their calls are exempt
-#: from the loop rule); a subclass defined elsewhere counts through its bases.
-LOCAL_MODULES = ("broker_adapter.embedded", "broker_adapter.memory", "broker_adapter.shared")
-
 
 class SyncCallInEventLoop(SchedulerError, RuntimeError):
     """A sync client call made inside a running event loop on a network broker;
@@ -53,7 +49,7 @@ class SyncCallInEventLoop(SchedulerError, RuntimeError):
 def is_local(broker: BrokerAdapter) -> bool:
     """Whether ``broker`` is on this machine (embedded, memory, a shared
     ``rocksdb://`` directory): exempt from the loop rule."""
-    return any(c.__module__.startswith(LOCAL_MODULES) for c in type(broker).__mro__)
+    return getattr(broker, "local", False) is True  # BrokerAdapter.local; duck types: False
 
 
 def loop_running() -> bool:
@@ -76,7 +72,6 @@ def check_sync_call(broker: BrokerAdapter, call: str) -> None:
 
 
 __all__ = [
-    "LOCAL_MODULES",
     "SyncCallInEventLoop",
     "check_sync_call",
     "is_local",

@@ -68,6 +68,8 @@ class EmbeddedBroker(AdapterBase):
     :raises BrokerLocked: when another process owns ``path``.
     """
 
+    local = True  # answered on this machine (see BrokerAdapter.local)
+
     def __init__(
         self,
         path: str | os.PathLike[str],

@@ -52,6 +52,8 @@ class MemoryBroker(AdapterBase):
         differs from an open broker of the same name.
     """
 
+    local = True  # answered on this machine (see BrokerAdapter.local)
+
     def __init__(
         self,
         name: str | None = None,

@@ -147,6 +147,8 @@ class SharedBroker(AdapterBase):
     :raises BrokerLocked: when the owner does not answer on the socket in time.
     """
 
+    local = True  # answered on this machine (see BrokerAdapter.local)
+
     def __init__(
         self,
         path: str | os.PathLike[str],
