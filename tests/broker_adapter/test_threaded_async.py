@@ -42,7 +42,9 @@ def adapter(counting: CountingBroker) -> ThreadedAsyncBroker:
     return ThreadedAsyncBroker(counting)  # type: ignore[arg-type]
 
 
-def test_sends_of_one_loop_turn_go_as_one_batch(counting: CountingBroker) -> None:
+def test_sends_of_one_loop_turn_go_in_batches_of_at_most_max_batch(
+    counting: CountingBroker,
+) -> None:
     async def main() -> list[SendResult]:
         async with adapter(counting) as client:
             return await asyncio.gather(
@@ -52,7 +54,8 @@ def test_sends_of_one_loop_turn_go_as_one_batch(counting: CountingBroker) -> Non
     results = asyncio.run(main())
     assert [r.status for r in results] == [SendStatus.OK] * 500
     assert len({r.msg_id for r in results}) == 500
-    assert counting.batches == [500]
+    cap = ThreadedAsyncBroker.max_batch
+    assert counting.batches == [cap] * (500 // cap) + [500 % cap]
     assert counting.broker.query(results[123].msg_id) is not None
 
 
@@ -102,3 +105,44 @@ def test_a_closed_broker_fails_every_caller_of_the_turn(counting: CountingBroker
             )
 
     assert all(isinstance(r, BrokerClosed) for r in asyncio.run(main()))
+
+
+def test_a_caller_batch_larger_than_max_batch_goes_whole_and_alone(
+    counting: CountingBroker,
+) -> None:
+    big = ThreadedAsyncBroker.max_batch + 5
+
+    async def main() -> tuple[SendResult, list[SendResult], SendResult]:
+        async with adapter(counting) as client:
+            return await asyncio.gather(
+                client.send(Message("t", b"a", delay_ms=60_000)),
+                client.send_batch([Message("t", b"b", delay_ms=60_000)] * big),
+                client.send(Message("t", b"c", delay_ms=60_000)),
+            )
+
+    first, many, last = asyncio.run(main())
+    assert len(many) == big and first.status is last.status is SendStatus.OK
+    assert counting.batches == [1, big, 1]
+
+
+def test_a_send_cancelled_while_waiting_for_its_batch_stores_nothing(
+    counting: CountingBroker,
+) -> None:
+    cap = ThreadedAsyncBroker.max_batch
+
+    async def main() -> None:
+        async with adapter(counting) as client:
+            first = [
+                asyncio.ensure_future(client.send(Message("t", b"x", delay_ms=60_000)))
+                for _ in range(cap)
+            ]
+            late = asyncio.ensure_future(client.send(Message("t", b"late", delay_ms=60_000)))
+            await asyncio.sleep(0)  # every send queued; the first batch leaves next turn
+            late.cancel()
+            await asyncio.gather(*first)
+            with pytest.raises(asyncio.CancelledError):
+                await late
+
+    asyncio.run(main())
+    assert counting.batches == [cap]
+    assert counting.broker.stats().topics["t"].pending == cap
