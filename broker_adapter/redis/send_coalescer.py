@@ -24,8 +24,10 @@ from broker_adapter.results import SendResult
 MAX_BATCH = 64
 #: Callers resumed per loop pass when a batch is answered.
 RESUME_CHUNK = 8
-#: Batches in flight at once: one is packed while others wait on Redis.
-MAX_WRITES = 4
+#: Batches in flight at once: one is packed while the other waits on Redis (4 let
+#: four batches answer in one loop pass, 32 callers resumed at once: with 1,000
+#: coroutines sending, lag P99 1.2-1.7 ms against 0.7 ms with 2, at the same rate).
+MAX_WRITES = 2
 
 Write = Callable[[Sequence[Message]], Awaitable[list[SendResult]]]
 _Request = tuple[Sequence[Message], "asyncio.Future[list[SendResult]]"]
