@@ -21,7 +21,7 @@ from broker_adapter.clock import ManualClock
 from scheduler.scheduler import Scheduler
 from scheduler.spec import RetryPolicy
 from tests.helpers import eventually
-from workers import Dispatcher, current_job
+from workers import Dispatcher, DispatchHook, current_job
 from workers.executors import EventLoopExecutor, LocalExecutor
 
 _LOG = "chronoq.workers.EventLoopExecutor"
@@ -52,6 +52,27 @@ def test_an_async_job_runs_and_is_acked(app: Scheduler) -> None:
         assert dispatcher.run_until_idle() == 1
     assert seen == [1]
     assert _state(app, handle.msg_id) is MessageState.DONE
+
+
+def test_an_async_job_is_settled_off_the_loop(app: Scheduler) -> None:
+    # Settling is a broker round trip on a network broker: it must not stall the loop.
+    loop_threads: list[str] = []
+    settled_in: list[str] = []
+
+    class WhereSettled(DispatchHook):
+        def before_settle(self, message, job, run, settlement, reason):  # type: ignore[no-untyped-def]
+            settled_in.append(threading.current_thread().name)
+
+    @app.job()
+    async def where() -> None:
+        loop_threads.append(threading.current_thread().name)
+
+    where.schedule()
+    with Dispatcher(app, hooks=[WhereSettled()]) as dispatcher:
+        assert dispatcher.run_until_idle() == 1
+    assert len(loop_threads) == 1 and len(settled_in) == 1
+    assert settled_in[0] != loop_threads[0]
+    assert settled_in[0].startswith(loop_threads[0] + "-settle")
 
 
 def test_the_job_context_and_copied_contextvars(app: Scheduler) -> None:

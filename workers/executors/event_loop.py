@@ -10,6 +10,10 @@ sync jobs; a cancelled job (timeout, shutdown) is cancelled for real: its task
 gets :class:`asyncio.CancelledError` at its next ``await`` (the job context's
 :meth:`~workers.context.JobContext.on_cancel` callback).
 
+A finished job's future is completed on a thread of its own, not on the loop: the
+dispatcher settles the message in that future's callbacks (an ack is a network
+round trip on ``redis://`` or ``chronoq://``), which must not stall the other jobs.
+
 A blocking call in an async job stalls every other one: a
 :class:`~workers.executors.loop_watchdog.LoopWatchdog` logs one WARNING per
 stall longer than ``blocked_warn_s`` (``CHRONOQ_ASYNC_BLOCKED_MS``, default
@@ -26,7 +30,7 @@ import contextvars
 import logging
 import os
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +77,8 @@ class EventLoopExecutor:
         self._thread: threading.Thread | None = None
         self._watchdog: LoopWatchdog | None = None
         self._jobs: dict[asyncio.Task[Any], JobContext | None] = {}  # on the loop only
+        # One thread completes the jobs' futures, so settling never runs on the loop.
+        self._settler = ThreadPoolExecutor(1, thread_name_prefix=f"{thread_name}-settle")
         self._closed = False
 
     @classmethod
@@ -179,15 +185,23 @@ class EventLoopExecutor:
             # or by itself; settled as the sync job's would be.
             reason = job.cancel_reason if job is not None else None
             if reason == "timeout" and spec.timeout is not None:
-                fut.set_exception(JobTimeout(spec.name, spec.timeout))
+                self._complete(fut.set_exception, JobTimeout(spec.name, spec.timeout))
             else:
-                fut.set_exception(JobCancelled(spec.name, reason or "its task was cancelled"))
+                why = reason or "its task was cancelled"
+                self._complete(fut.set_exception, JobCancelled(spec.name, why))
             return
         error = task.exception()
         if error is not None:
-            fut.set_exception(error)
+            self._complete(fut.set_exception, error)
         else:
-            fut.set_result(task.result())
+            self._complete(fut.set_result, task.result())
+
+    def _complete(self, setter: Any, value: Any) -> None:
+        """Complete a job's future off the loop (its callbacks settle the message)."""
+        try:
+            self._settler.submit(setter, value)
+        except RuntimeError:  # shut down (a task cancelled by the loop's stop): here
+            setter(value)
 
     def _describe(self, task: asyncio.Task[Any] | None) -> str:
         """The job a task runs, for the watchdog's warning (its thread)."""
@@ -211,6 +225,7 @@ class EventLoopExecutor:
                 pass
         if wait and thread is not None and thread is not threading.current_thread():
             thread.join()
+        self._settler.shutdown(wait=wait)  # after the loop: its last completions go through
 
     def __repr__(self) -> str:
         return f"<EventLoopExecutor blocked_warn_s={self.blocked_warn_s:g}>"
