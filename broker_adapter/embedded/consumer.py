@@ -100,6 +100,7 @@ class EmbeddedConsumer(Consumer):
         self.held = 0
         self.held_bytes = 0
         self.closed = False
+        self._paused = False
         self._turn = 0
         self.id = next(self._ids)
 
@@ -118,7 +119,7 @@ class EmbeddedConsumer(Consumer):
         while True:
             epoch = signal.epoch
             with group.lock:
-                got = self._take(max_messages, core.now())
+                got = [] if self._paused else self._take(max_messages, core.now())
             if got:
                 soonest = group.next_deadline()
                 if soonest is not None:  # the wheel thread redelivers at that deadline
@@ -188,6 +189,20 @@ class EmbeddedConsumer(Consumer):
                 break
         group.add_pulled(receipts, records, pull)
         return out
+
+    @property
+    def paused(self) -> bool:
+        """Whether :meth:`pause` was called."""
+        return self._paused
+
+    def pause(self) -> None:
+        """Hand out nothing more: from now on a pull waits out its ``wait_ms`` and returns
+        no message. What this consumer holds can still be settled (ack, nack, extend,
+        release...). A pull taking messages at this moment finishes first (the group's
+        lock), so once this returns :attr:`held` only goes down. A server's handover
+        drain uses it (:meth:`~broker_adapter.server.server.BrokerServer.drain`)."""
+        with self._group.lock:
+            self._paused = True
 
     def ack(self, message: ReceivedMessage) -> bool:
         """See :meth:`broker_adapter.base.Consumer.ack`."""

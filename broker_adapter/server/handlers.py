@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker_adapter.checks import check_pull_args, is_int
+from broker_adapter.embedded.consumer import EmbeddedConsumer
 from broker_adapter.errors import BrokerClosed, InvalidArgument
 from broker_adapter.results import ReceivedMessage
 from broker_adapter.server import protocol as P
@@ -131,6 +132,8 @@ class Handlers:
             max_inflight=arg(args, "max_inflight", int),
             max_inflight_bytes=arg(args, "max_inflight_bytes", int),
         )
+        if self.server.draining and isinstance(consumer, EmbeddedConsumer):
+            consumer.pause()  # the owner is leaving: a new member gets nothing either
         return conn.add_consumer(consumer)
 
     def _consumer(self, conn: Connection, args: dict[str, Any]) -> Consumer:

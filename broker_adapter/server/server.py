@@ -34,6 +34,7 @@ from broker_adapter.base import Consumer
 from broker_adapter.checks import check_positive_settings
 from broker_adapter.clock import ManualClock
 from broker_adapter.embedded.broker import EmbeddedBroker
+from broker_adapter.embedded.consumer import EmbeddedConsumer
 from broker_adapter.errors import InvalidArgument
 from broker_adapter.server import protocol as P
 from broker_adapter.server.connection import Connection
@@ -124,6 +125,7 @@ class BrokerServer:
         self._orphans: list[Consumer] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._draining = threading.Event()
         self._stopped = threading.Event()
         self.unix_path = None if unix_path is None else Path(unix_path)
         try:
@@ -276,6 +278,41 @@ class BrokerServer:
         self.manual_clock = ManualClock(start_ms)
         self.broker = self._open_broker()
         self.node = self._node_id()
+
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`drain` was called: clients' consumers get no more messages."""
+        return self._draining.is_set()
+
+    def _pause_clients(self) -> int:
+        """Pause every consumer clients hold open now; how many messages they hold."""
+        with self._lock:
+            conns = list(self._conns)
+        held = 0
+        for conn in conns:
+            for consumer in list(conn.consumers.values()):
+                if isinstance(consumer, EmbeddedConsumer):
+                    consumer.pause()
+                    held += consumer.held
+        return held
+
+    def drain(self, timeout_s: float) -> int:
+        """Before a clean :meth:`shutdown`: hand clients no more messages (their pulls wait
+        and return nothing) and wait up to ``timeout_s`` until they settled what they hold.
+        Everything else is still served: acks, nacks, extends, releases, and sends (stored
+        durably as ever). Consumers of clients that vanished are not waited for.
+
+        :param timeout_s: the longest wait, in seconds (0: only pause).
+        :returns: how many messages clients still hold (0 once all are settled); those
+            are delivered again by the next broker on this directory.
+        """
+        self._draining.set()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            held = self._pause_clients()
+            if held == 0 or time.monotonic() >= deadline or self._stopping.is_set():
+                return held
+            time.sleep(0.02)
 
     def shutdown(self, drain_s: float = 10.0) -> None:
         """Stop accepting, let in-flight requests finish (up to ``drain_s``; parked long

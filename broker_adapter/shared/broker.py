@@ -39,6 +39,14 @@ What a caller sees while that happens:
 A keyed retry answers ``DUPLICATE`` while the first send is pending (or, once it
 fired, when both asked for the same absolute ``deliver_at_ms``): retry at once.
 
+A *clean* close of the owner drains first (``handover_drain_ms``, default 10,000):
+its clients' consumers get no more messages (their pulls wait and return none),
+while acks, nacks, extends, releases and sends are still served (a send is stored
+durably as ever); once the clients settled everything they had pulled, or the
+time is up, the owner closes and a client takes over. So a dispatcher that is a
+client runs each job it held once; what is still unsettled at the timeout is
+delivered again (a WARNING gives the count), as after a kill.
+
 Configuration: ``rocksdb://DIR?share=0`` (or ``CHRONOQ_SHARE=0``) turns sharing
 off: a second opener then gets :class:`~broker_adapter.errors.BrokerLocked`, as
 before. ``share_timeout_ms`` (default 10,000) bounds how long an opener waits
@@ -46,7 +54,8 @@ for an owner that holds the lock but does not answer on the socket yet (one
 starting up, or one that does not share: then ``BrokerLocked``). A ``clock``
 argument (tests) opens a private :class:`~broker_adapter.embedded.EmbeddedBroker`:
 other processes cannot follow a manual clock. Broker options (``durability``...)
-apply when this process becomes the owner; a client uses the owner's.
+apply when this process becomes the owner; a client uses the owner's. All the
+options: :mod:`broker_adapter.shared.options`.
 """
 
 from __future__ import annotations
@@ -72,6 +81,13 @@ from broker_adapter.server.client import RemoteBroker
 from broker_adapter.server.link import RequestTimeout
 from broker_adapter.server.server import BrokerServer
 from broker_adapter.shared.consumer import SharedConsumer
+from broker_adapter.shared.options import (
+    DEFAULT_HANDOVER_DRAIN_MS,
+    DEFAULT_SHARE_TIMEOUT_MS,
+    HANDOVER_DRAIN_ENV,
+    ms_option,
+    share_enabled,
+)
 from broker_adapter.shared.watch import OwnerWatch, say_hello
 from broker_adapter.urls import split_url
 
@@ -80,11 +96,9 @@ log.addHandler(logging.NullHandler())
 
 #: The owner's socket, inside the data directory.
 SOCKET_NAME = "chronoq.sock"
-DEFAULT_SHARE_TIMEOUT_MS = 10_000
 #: A client's bound on one send through the owner (the socket is local: only a stuck
 #: owner is this slow; it raises RequestTimeout and does not count as gone).
 CLIENT_SEND_TIMEOUT_MS = 30_000
-_SHARE_ENV = "CHRONOQ_SHARE"
 _T = TypeVar("_T")
 
 
@@ -123,26 +137,14 @@ class Attachment:
     owner_pid: int
 
 
-def share_enabled(params: dict[str, str]) -> bool:
-    """Whether ``share`` (popped from ``params``) or ``CHRONOQ_SHARE`` turns sharing on.
-
-    :raises InvalidArgument: for a value that is not 0/1/true/false/yes/no/on/off.
-    """
-    value = params.pop("share", None)
-    if value is None:
-        value = os.environ.get(_SHARE_ENV) or "1"
-    flag = {"1": True, "true": True, "yes": True, "on": True}.get(value.strip().lower())
-    if flag is None and value.strip().lower() not in ("0", "false", "no", "off"):
-        raise InvalidArgument(f"share={value!r}: use share=1 (the default) or share=0")
-    return bool(flag)
-
-
 class SharedBroker(AdapterBase):
     """The adapter of ``rocksdb://DIR`` when sharing is on (the default); see the module
     docstring for the roles, the handover and what a caller sees.
 
     :param path: the data directory.
     :param share_timeout_ms: how long to wait for an owner that holds the lock to answer.
+    :param handover_drain_ms: when this process owns, how long :meth:`close` waits for
+        clients to settle the messages they pulled (0: no wait).
     :param broker_options: ``EmbeddedBroker`` arguments, used when this process owns.
     :raises BrokerLocked: when the owner does not answer on the socket in time.
     """
@@ -154,11 +156,15 @@ class SharedBroker(AdapterBase):
         path: str | os.PathLike[str],
         *,
         share_timeout_ms: int = DEFAULT_SHARE_TIMEOUT_MS,
+        handover_drain_ms: int = DEFAULT_HANDOVER_DRAIN_MS,
         **broker_options: Any,
     ) -> None:
+        if handover_drain_ms < 0:
+            raise InvalidArgument(f"handover_drain_ms must be >= 0, got {handover_drain_ms}")
         self.path = Path(path).resolve()
         self.socket_path = self.path / SOCKET_NAME
         self.share_timeout_ms = share_timeout_ms
+        self.handover_drain_ms = handover_drain_ms
         self._broker_options = broker_options
         self._lock = threading.Lock()  # one (re)attachment at a time
         self._generation = 0
@@ -174,16 +180,15 @@ class SharedBroker(AdapterBase):
         (this class) unless ``share=0`` or a ``clock`` is given (an ``EmbeddedBroker``)."""
         _scheme, path, params = split_url(url)
         shared = share_enabled(params) and "clock" not in kwargs
-        timeout = params.pop("share_timeout_ms", None)
+        timeout = ms_option(params, "share_timeout_ms")
+        drain = ms_option(params, "handover_drain_ms", HANDOVER_DRAIN_ENV)
         opts = EmbeddedBroker.url_options(url, path, params)
         opts.update(kwargs)
         if not shared:
             return EmbeddedBroker(path, **opts)
-        if timeout is not None:
-            try:
-                opts["share_timeout_ms"] = int(timeout)
-            except ValueError as e:
-                raise InvalidArgument(f"share_timeout_ms in {url!r} must be an int") from e
+        for name, value in (("share_timeout_ms", timeout), ("handover_drain_ms", drain)):
+            if value is not None:
+                opts.setdefault(name, value)
         return cls(path, **opts)
 
     # -- who we are ---------------------------------------------------------------------
@@ -390,8 +395,20 @@ class SharedBroker(AdapterBase):
         return SharedConsumer(self, group, topics, limits)
 
     def _close(self) -> None:
-        """See :meth:`BrokerAdapter.close`: an owner stops serving (answering what is in
-        flight), closes the broker and so frees the directory for the next owner."""
+        """See :meth:`BrokerAdapter.close`: an owner drains (its clients settle what they
+        pulled, up to ``handover_drain_ms``), stops serving (answering what is in flight),
+        closes the broker and so frees the directory for the next owner."""
+        server = self._server
+        if server is not None:
+            left = server.drain(self.handover_drain_ms / 1000)
+            if left:
+                log.warning(
+                    "rocksdb://%s: clients still hold %d unsettled message(s) after the "
+                    "handover drain (%d ms); the next owner delivers them again",
+                    self.path,
+                    left,
+                    self.handover_drain_ms,
+                )
         with self._lock:
             att, self._attachment = self._attachment, None
             self._detach(att)
