@@ -30,6 +30,14 @@ def record(key: str) -> None:
         os.close(fd)
 
 
+@app.job(name="shared.slow", max_attempts=5)
+def slow(key: str) -> None:
+    """Record ``begin-KEY``, take ``CHRONOQ_TEST_SLOW_S`` seconds (default 1), record ``KEY``."""
+    record(f"begin-{key}")
+    time.sleep(float(os.environ.get("CHRONOQ_TEST_SLOW_S", "1")))
+    record(key)
+
+
 def schedule_all(name: str, count: int, journal_path: str) -> None:
     """Schedule ``count`` keyed runs of :func:`record`, retrying each until acknowledged."""
     with open(journal_path, "a", buffering=1) as journal:
