@@ -13,9 +13,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
 
 import pytest
 
@@ -23,71 +21,15 @@ from broker_adapter import Message, SendStatus, open_broker
 from broker_adapter.embedded import EmbeddedBroker
 from broker_adapter.errors import BrokerLocked, ChronoqError, ConnectionFailed
 from broker_adapter.shared.broker import SOCKET_NAME, OwnerLost, Role, SharedBroker
+from tests.broker_adapter.shared_procs import (
+    APP,
+    APP_FILE,
+    CHRONOQ,
+    run_env,
+    runs_of,
+    start,
+)
 from tests.helpers import eventually
-
-CHRONOQ = str(Path(sys.executable).with_name("chronoq"))
-ROOT = Path(__file__).resolve().parents[2]
-APP_FILE = Path(__file__).with_name("shared_app.py")
-APP = "tests.broker_adapter.shared_app:app"
-MAX_WORKERS, PREFETCH = 2, 4
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[str]]]:
-    """Processes a test starts; killed at its end if still running."""
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-        if p.stdout is not None:
-            p.stdout.close()
-
-
-def _env(data: Path, runs: Path) -> dict[str, str]:
-    return dict(
-        os.environ,
-        CHRONOQ_BROKER_URL=f"rocksdb://{data}",
-        CHRONOQ_TEST_RUNS=str(runs),
-        CHRONOQ_MAX_WORKERS=str(MAX_WORKERS),
-        CHRONOQ_PREFETCH=str(PREFETCH),
-        PYTHONPATH=str(ROOT),
-    )
-
-
-def _start(
-    procs: list[subprocess.Popen[str]],
-    argv: list[str],
-    env: dict[str, str],
-    cwd: Path,
-    log: Path | None = None,
-) -> subprocess.Popen[str]:
-    """Start ``argv``; its output goes to ``log`` (a `chronoq run` logs every job: an
-    unread pipe would fill and stall it), else to a pipe the test reads."""
-    if log is None:
-        out: int | TextIO = subprocess.PIPE
-    else:
-        out = open(log, "w")  # noqa: SIM115 - the child holds it; closed below
-    try:
-        p = subprocess.Popen(
-            argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True
-        )
-    finally:
-        if log is not None:
-            out.close()  # type: ignore[union-attr]
-    procs.append(p)
-    return p
-
-
-def _runs(path: Path) -> list[tuple[str, int]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        key, _, pid = line.partition(" ")
-        out.append((key, int(pid)))
-    return out
 
 
 def _journal(path: Path) -> list[list[str]]:
@@ -103,13 +45,13 @@ def test_sigkill_of_the_owner_loses_no_acknowledged_job(
 ) -> None:
     # Given an owner `chronoq run` and two processes scheduling keyed jobs through it
     data, runs = tmp_path / "data", tmp_path / "runs"
-    env = _env(data, runs)
-    owner = _start(procs, [CHRONOQ, "run", APP], env, tmp_path, tmp_path / "owner.log")
+    env = run_env(data, runs)
+    owner = start(procs, [CHRONOQ, "run", APP], env, tmp_path, tmp_path / "owner.log")
     eventually(lambda: (data / SOCKET_NAME).exists(), timeout=30, what="the owner serves")
     count = 1500
     journals = [tmp_path / f"journal-{n}" for n in ("a", "b")]
     senders = [
-        _start(procs, [sys.executable, str(APP_FILE), n, str(count), str(j)], env, tmp_path)
+        start(procs, [sys.executable, str(APP_FILE), n, str(count), str(j)], env, tmp_path)
         for n, j in zip(("a", "b"), journals, strict=True)
     ]
     eventually(
@@ -119,13 +61,13 @@ def test_sigkill_of_the_owner_loses_no_acknowledged_job(
     owner.send_signal(signal.SIGKILL)
     owner.wait()
     at_kill = [len(_acked(j)) for j in journals]
-    second = _start(procs, [CHRONOQ, "run", APP], env, tmp_path, tmp_path / "second.log")
+    second = start(procs, [CHRONOQ, "run", APP], env, tmp_path, tmp_path / "second.log")
     for s in senders:
         out, _ = s.communicate(timeout=120)
         assert s.returncode == 0, out
     expected = {f"{n}-{i}" for n in ("a", "b") for i in range(count)}
     eventually(
-        lambda: expected <= {key for key, _pid in _runs(runs)},
+        lambda: expected <= {key for key, _pid in runs_of(runs)},
         timeout=60,
         what="every acknowledged job ran",
     )
@@ -142,7 +84,7 @@ def test_sigkill_of_the_owner_loses_no_acknowledged_job(
     assert acked == expected, "a scheduling process gave up on a job"
     failed = [parts[1] for j in journals for parts in _journal(j) if parts[0] == "failed"]
     assert set(failed) <= acked, "a failed send was not retried until acknowledged"
-    runs_now = _runs(runs)
+    runs_now = runs_of(runs)
     assert {pid for _key, pid in runs_now} <= {owner.pid, second.pid}, "only dispatchers run jobs"
     owners = {int(p[2]) for j in journals for p in _journal(j) if p[0] == "role"}
     handovers = 1 + len(owners - {owner.pid})  # the kill, then each sender that owned and left
@@ -158,8 +100,8 @@ def test_socket_role_share_off_and_the_cli_against_a_running_owner(
     tmp_path: Path, procs: list[subprocess.Popen[str]]
 ) -> None:
     data, runs = tmp_path / "data", tmp_path / "runs"
-    env = _env(data, runs)
-    owner = _start(procs, [CHRONOQ, "run", APP], env, tmp_path, tmp_path / "owner.log")
+    env = run_env(data, runs)
+    owner = start(procs, [CHRONOQ, "run", APP], env, tmp_path, tmp_path / "owner.log")
     sock = data / SOCKET_NAME
     eventually(lambda: sock.exists(), timeout=30, what="the owner serves")
 
@@ -189,7 +131,7 @@ def test_socket_role_share_off_and_the_cli_against_a_running_owner(
     assert sent.returncode == 0, sent.stderr
     status, msg_id = sent.stdout.split()[:2]
     assert status == "OK"
-    eventually(lambda: ("cli-1", owner.pid) in _runs(runs), timeout=30, what="the job ran")
+    eventually(lambda: ("cli-1", owner.pid) in runs_of(runs), timeout=30, what="the job ran")
     query = subprocess.run(
         [CHRONOQ, "query", "--url", url, msg_id],
         env=env,
@@ -221,9 +163,9 @@ def test_two_openers_at_once_exactly_one_owns(
     tmp_path: Path, procs: list[subprocess.Popen[str]]
 ) -> None:
     data, go, stop = tmp_path / "data", tmp_path / "go", tmp_path / "stop"
-    env = _env(data, tmp_path / "runs")
+    env = run_env(data, tmp_path / "runs")
     racers = [
-        _start(
+        start(
             procs,
             [sys.executable, "-c", RACER, f"rocksdb://{data}", str(go), str(stop)],
             env,
@@ -265,7 +207,7 @@ def test_a_stale_socket_confuses_nobody_and_a_non_sharing_owner_is_named(
             view = broker.query(sent.msg_id)
             assert view is not None
     # An owner that does not share (share=0) leaves later openers a clear BrokerLocked.
-    holder = _start(
+    holder = start(
         procs,
         [
             sys.executable,
@@ -273,7 +215,7 @@ def test_a_stale_socket_confuses_nobody_and_a_non_sharing_owner_is_named(
             HOLDER,
             f"rocksdb://{data}",
         ],
-        _env(data, tmp_path / "runs"),
+        run_env(data, tmp_path / "runs"),
         tmp_path,
     )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
@@ -304,10 +246,10 @@ def test_a_send_in_flight_when_the_owner_dies_fails_typed_and_the_retry_is_safe(
     tmp_path: Path, procs: list[subprocess.Popen[str]]
 ) -> None:
     data = tmp_path / "data"
-    owner = _start(
+    owner = start(
         procs,
         [sys.executable, "-c", OWNER, f"rocksdb://{data}"],
-        _env(data, tmp_path / "r"),
+        run_env(data, tmp_path / "r"),
         tmp_path,
     )
     assert owner.stdout is not None

@@ -10,14 +10,11 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from broker_adapter.shared.broker import SOCKET_NAME
 from broker_adapter.shared.options import HANDOVER_DRAIN_ENV
-from tests.broker_adapter.test_shared_directory import APP, CHRONOQ, _env, _runs, _start
+from tests.broker_adapter.shared_procs import APP, CHRONOQ, run_env, runs_of, start
 from tests.helpers import eventually
 
 OWNER = """
@@ -49,25 +46,12 @@ app.close()
 """
 
 
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[str]]]:
-    """Processes a test starts; killed at its end if still running."""
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-        if p.stdout is not None:
-            p.stdout.close()
-
-
 def _ended(runs: Path) -> Counter[str]:
-    return Counter(k for k, _pid in _runs(runs) if k.startswith("s-"))
+    return Counter(k for k, _pid in runs_of(runs) if k.startswith("s-"))
 
 
 def _begun(runs: Path) -> Counter[str]:
-    return Counter(k for k, _pid in _runs(runs) if k.startswith("begin-s-"))
+    return Counter(k for k, _pid in runs_of(runs) if k.startswith("begin-s-"))
 
 
 def _owner_and_client(
@@ -80,8 +64,8 @@ def _owner_and_client(
     """An owner script that schedules ``jobs`` slow jobs once a client `chronoq run`
     joined; returns when the client began one."""
     data, runs = tmp_path / "data", tmp_path / "runs"
-    env = _env(data, runs)
-    owner = _start(
+    env = run_env(data, runs)
+    owner = start(
         procs,
         [sys.executable, "-c", OWNER, str(jobs)],
         {**env, **owner_env},
@@ -89,7 +73,7 @@ def _owner_and_client(
         tmp_path / "owner.log",
     )
     eventually(lambda: (data / SOCKET_NAME).exists(), timeout=30, what="the owner serves")
-    client = _start(
+    client = start(
         procs, [CHRONOQ, "run", APP], {**env, **client_env}, tmp_path, tmp_path / "client.log"
     )
     eventually(lambda: _begun(runs), timeout=60, what="the client runs a slow job")
@@ -111,7 +95,7 @@ def test_a_clean_owner_exit_waits_for_the_client_dispatcher_and_no_job_runs_twic
     eventually(lambda: set(_ended(runs)) >= expected, timeout=60, what="every slow job ran")
     later = subprocess.run(
         [sys.executable, "-c", LATER, "3"],
-        env=_env(tmp_path / "data", runs),
+        env=run_env(tmp_path / "data", runs),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -121,14 +105,14 @@ def test_a_clean_owner_exit_waits_for_the_client_dispatcher_and_no_job_runs_twic
     assert later.returncode == 0, later.stdout + later.stderr
     assert later.stdout.split() == ["client", str(client.pid)], later.stdout
     eventually(
-        lambda: {f"later-{i}" for i in range(3)} <= {k for k, _pid in _runs(runs)},
+        lambda: {f"later-{i}" for i in range(3)} <= {k for k, _pid in runs_of(runs)},
         timeout=60,
         what="jobs scheduled after the handover ran",
     )
     client.send_signal(signal.SIGTERM)
     assert client.wait(timeout=60) == 0, (tmp_path / "client.log").read_text()[-3000:]
-    assert _begun(runs) == Counter({f"begin-{k}": 1 for k in expected}), _runs(runs)
-    assert _ended(runs) == Counter(dict.fromkeys(expected, 1)), _runs(runs)
+    assert _begun(runs) == Counter({f"begin-{k}": 1 for k in expected}), runs_of(runs)
+    assert _ended(runs) == Counter(dict.fromkeys(expected, 1)), runs_of(runs)
     owner_log = (tmp_path / "owner.log").read_text()
     assert "unsettled" not in owner_log, owner_log[-3000:]
 

@@ -1,0 +1,64 @@
+"""Processes of the shared-directory tests: the ``chronoq`` command, the test app
+(``shared_app.py``), its environment, starting a child, reading the runs it records."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TextIO
+
+CHRONOQ = str(Path(sys.executable).with_name("chronoq"))
+ROOT = Path(__file__).resolve().parents[2]
+APP_FILE = Path(__file__).with_name("shared_app.py")
+APP = "tests.broker_adapter.shared_app:app"
+MAX_WORKERS, PREFETCH = 2, 4
+
+
+def run_env(data: Path, runs: Path) -> dict[str, str]:
+    """The environment of a process of ``shared_app.py`` on ``data``, recording runs
+    to ``runs``."""
+    return dict(
+        os.environ,
+        CHRONOQ_BROKER_URL=f"rocksdb://{data}",
+        CHRONOQ_TEST_RUNS=str(runs),
+        CHRONOQ_MAX_WORKERS=str(MAX_WORKERS),
+        CHRONOQ_PREFETCH=str(PREFETCH),
+        PYTHONPATH=str(ROOT),
+    )
+
+
+def start(
+    procs: list[subprocess.Popen[str]],
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    log: Path | None = None,
+) -> subprocess.Popen[str]:
+    """Start ``argv``; its output goes to ``log`` (a `chronoq run` logs every job: an
+    unread pipe would fill and stall it), else to a pipe the test reads."""
+    if log is None:
+        out: int | TextIO = subprocess.PIPE
+    else:
+        out = open(log, "w")  # noqa: SIM115 - the child holds it; closed below
+    try:
+        p = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True
+        )
+    finally:
+        if log is not None:
+            out.close()  # type: ignore[union-attr]
+    procs.append(p)
+    return p
+
+
+def runs_of(path: Path) -> list[tuple[str, int]]:
+    """The ``(key, pid)`` of every job run recorded in ``path``."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        key, _, pid = line.partition(" ")
+        out.append((key, int(pid)))
+    return out
