@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from broker_adapter.async_base import AsyncAdapterBase
 from broker_adapter.base import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DELAY_MS, DEFAULT_RETENTION_MS
-from broker_adapter.checks import check_int, check_positive_settings
+from broker_adapter.checks import check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.message import Message
 from broker_adapter.redis import keys as K
@@ -79,9 +79,7 @@ class AsyncRedisBroker(AsyncAdapterBase):
         max_batch: int = MAX_BATCH,
         closes: Sequence[Any] = (),
     ) -> None:
-        if shards is None:
-            shards = K.DEFAULT_SHARDS if isinstance(client, RedisCluster) else K.SINGLE_SHARDS
-        check_int("shards", shards, maximum=K.MAX_SHARDS)
+        keys = Keyspace.for_client(prefix, shards, cluster=isinstance(client, RedisCluster))
         check_positive_settings(
             max_body_bytes=max_body_bytes,
             max_delay_ms=max_delay_ms,
@@ -94,7 +92,7 @@ class AsyncRedisBroker(AsyncAdapterBase):
         self._client = client
         self._closes = tuple(closes)
         self._clock: Clock = clock or SystemClock()
-        self._keys = Keyspace.build(prefix, shards)
+        self._keys = keys
         self._scripts = AsyncScripts(client)
         self._rr = 0  # the shard the next keyless batch starts in (one loop: no lock)
         self._sender = SendCoalescer(self._write, max_batch=max_batch)

@@ -26,7 +26,7 @@ from broker_adapter.base import (
     Consumer,
     retry_topic,
 )
-from broker_adapter.checks import check_int, check_positive_settings
+from broker_adapter.checks import check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.message import Message
 from broker_adapter.redis import keys as K
@@ -93,9 +93,7 @@ class RedisBroker(AdapterBase):
         fire: bool = True,
         fire_chunk: int = 1000,
     ) -> None:
-        if shards is None:
-            shards = K.DEFAULT_SHARDS if isinstance(client, redis.RedisCluster) else K.SINGLE_SHARDS
-        check_int("shards", shards, maximum=K.MAX_SHARDS)
+        keys = Keyspace.for_client(prefix, shards, cluster=isinstance(client, redis.RedisCluster))
         check_positive_settings(
             max_body_bytes=max_body_bytes,
             max_delay_ms=max_delay_ms,
@@ -107,7 +105,7 @@ class RedisBroker(AdapterBase):
         self._retention_ms = retention_ms
         self._client = client
         self._clock: Clock = clock or SystemClock()
-        self._keys = keys = Keyspace.build(prefix, shards)
+        self._keys = keys
         self._scripts = Scripts(client)
         self._rr = 0  # the shard the next keyless batch starts in
         self._rr_lock = threading.Lock()

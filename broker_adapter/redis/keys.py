@@ -61,6 +61,8 @@ from functools import lru_cache
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
+from broker_adapter.checks import check_int
+
 #: Default prefix of every key and channel.
 DEFAULT_PREFIX = "cq"
 #: Default number of due-index shards on Redis Cluster (divides evenly over 1, 2, 3, 4 or
@@ -141,6 +143,17 @@ class Keyspace:
             f"{prefix}:{WAKE_CHANNEL}",
             f"{prefix}:{READY_CHANNEL}",
         )
+
+    @classmethod
+    def for_client(cls, prefix: str, shards: int | None, *, cluster: bool) -> Keyspace:
+        """The keyspace a broker on a Redis client uses: ``shards`` shards, by default
+        :data:`DEFAULT_SHARDS` on a cluster and :data:`SINGLE_SHARDS` on one instance.
+
+        :raises InvalidArgument: for ``shards`` not an int from 1 to :data:`MAX_SHARDS`.
+        """
+        if shards is None:
+            shards = DEFAULT_SHARDS if cluster else SINGLE_SHARDS
+        return cls.build(prefix, check_int("shards", shards, maximum=MAX_SHARDS))
 
     @property
     def shards(self) -> int:
