@@ -37,7 +37,7 @@ from broker_adapter.results import AbortResult, AbortStatus, BrokerStats, Messag
 from broker_adapter.server import values as V
 from broker_adapter.server.async_endpoint import AsyncEndpoint
 from broker_adapter.server.client import DEFAULT_RETRIES, DEFAULT_SEND_TIMEOUT_MS
-from broker_adapter.server.endpoint import parse_endpoints, url_options
+from broker_adapter.server.endpoint import client_args, parse_endpoints
 from broker_adapter.server.fault import FaultTolerance
 from broker_adapter.server.link import REQUEST_TIMEOUT_S
 from broker_adapter.server.routing import (
@@ -48,7 +48,6 @@ from broker_adapter.server.routing import (
     merge_stats,
     split_node_id,
 )
-from broker_adapter.urls import split_url
 
 log = logging.getLogger("chronoq.broker_adapter.AsyncRemoteBroker")
 log.addHandler(logging.NullHandler())
@@ -102,10 +101,8 @@ class AsyncRemoteBroker(AsyncAdapterBase):
 
         :raises InvalidArgument: for a bad endpoint or parameter.
         """
-        _scheme, rest, params = split_url(url)
-        opts = url_options(params)
-        opts.update(kwargs)
-        return cls(rest.rstrip("/"), **opts)
+        endpoints, opts = client_args(url, kwargs)
+        return cls(endpoints, **opts)
 
     # -- ids -----------------------------------------------------------------------------
 

@@ -43,8 +43,8 @@ from broker_adapter.server.consumer import RemoteConsumer
 from broker_adapter.server.endpoint import (
     CallbackRunner,
     Endpoint,
+    client_args,
     parse_endpoints,
-    url_options,
 )
 from broker_adapter.server.fault import FaultTolerance
 from broker_adapter.server.link import REQUEST_TIMEOUT_S, RequestTimeout
@@ -56,7 +56,6 @@ from broker_adapter.server.routing import (
     merge_stats,
     split_node_id,
 )
-from broker_adapter.urls import split_url
 
 log = logging.getLogger("chronoq.broker_adapter.RemoteBroker")
 log.addHandler(logging.NullHandler())
@@ -104,10 +103,8 @@ class RemoteBroker(AdapterBase):
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RemoteBroker:
         """Open ``chronoq://h1:p1[,h2:p2]?token=T&send_timeout_ms=3000&retries=2``."""
-        _scheme, rest, params = split_url(url)
-        opts = url_options(params)
-        opts.update(kwargs)
-        return cls(rest.rstrip("/"), **opts)
+        endpoints, opts = client_args(url, kwargs)
+        return cls(endpoints, **opts)
 
     # -- ids -----------------------------------------------------------------------------
 

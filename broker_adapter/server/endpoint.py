@@ -10,6 +10,7 @@ from typing import Any
 
 from broker_adapter.errors import ConnectionFailed, InvalidArgument
 from broker_adapter.server.link import Link
+from broker_adapter.urls import split_url
 
 log = logging.getLogger("chronoq.broker_adapter.RemoteBroker")
 log.addHandler(logging.NullHandler())
@@ -30,6 +31,18 @@ def parse_endpoints(text: str) -> list[tuple[str, int]]:
             raise InvalidArgument(f"endpoint {part!r} is not host:port")
         out.append((host.strip("[]") or "127.0.0.1", int(port)))
     return out
+
+
+def client_args(url: str, overrides: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The endpoints and keyword arguments of a client of ``chronoq://h1:p1[,h2:p2]?...``
+    (:func:`url_options`), ``overrides`` winning (what both clients' ``from_url`` take).
+
+    :raises InvalidArgument: for an unknown parameter or a bad number.
+    """
+    _scheme, rest, params = split_url(url)
+    opts = url_options(params)
+    opts.update(overrides)
+    return rest.rstrip("/"), opts
 
 
 def url_options(params: dict[str, str]) -> dict[str, Any]:
