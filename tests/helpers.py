@@ -8,8 +8,10 @@ rather than for a fixed time. None of these helpers asserts how fast anything is
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from broker_adapter.base import Consumer
@@ -81,3 +83,36 @@ def stop_process(
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait(10)
+
+
+#: Prepended to a child's code by :func:`python_without`: ``{module}`` looks uninstalled.
+_BLOCKER = """
+import sys
+
+
+class _Uninstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r} or name.startswith({module!r} + "."):
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _Uninstalled())
+"""
+
+
+def python_without(module: str, code: str, *argv: str) -> str:
+    """Run ``code`` in a child Python (from the project root) in which ``module`` cannot
+    be imported, as if its extra were not installed; its stripped standard output.
+
+    :raises subprocess.CalledProcessError: when the child fails.
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", _BLOCKER.format(module=module) + code, *argv],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return out.stdout.strip()

@@ -7,21 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers import python_without
+
 ROOT = Path(__file__).resolve().parents[2]
-
-#: A meta-path finder that makes ``celery`` look uninstalled, then ``BODY``.
-_WITHOUT_CELERY = """
-import sys
-from importlib.abc import MetaPathFinder
-
-class NoCelery(MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name == "celery" or name.startswith("celery."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-sys.meta_path.insert(0, NoCelery())
-"""
 
 
 def _python(code: str) -> str:
@@ -41,7 +29,7 @@ def test_the_base_path_imports_no_celery_kombu_or_redis() -> None:
 
 
 def test_the_celery_integration_without_celery_raises_missing_extra() -> None:
-    code = _WITHOUT_CELERY + (
+    code = (
         "import workers, workers.cli\n"  # the base path is fine without it
         "from broker_adapter.errors import ChronoqError, MissingExtra\n"
         "try:\n"
@@ -49,7 +37,7 @@ def test_the_celery_integration_without_celery_raises_missing_extra() -> None:
         "except MissingExtra as e:\n"
         "    print(isinstance(e, ChronoqError), e.extra, '|', e)\n"
     )
-    assert _python(code) == (
+    assert python_without("celery", code) == (
         "True celery | the Celery executor needs chronoq's 'celery' extra, which is not "
         "installed: pip install 'chronoq[celery]'"
     )

@@ -4,25 +4,14 @@ asking for a Redis broker without it says which ``pip install`` line adds it."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-#: Runs with ``redis`` unimportable (as if the extra were not installed) and prints
-#: what it saw as JSON.
+from tests.helpers import python_without
+
+#: Runs with ``redis`` unimportable (:func:`python_without`) and prints what it saw as JSON.
 CHILD = r"""
 import json
 import sys
-
-
-class BlockRedis:
-    def find_spec(self, name, path=None, target=None):
-        if name == "redis" or name.startswith("redis."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-
-sys.meta_path.insert(0, BlockRedis())
 
 from broker_adapter import open_broker
 from broker_adapter.errors import MissingExtra
@@ -47,14 +36,8 @@ print(json.dumps(seen))
 
 def test_a_missing_redis_extra_is_a_missing_extra_naming_the_pip_line(tmp_path: Path) -> None:
     # Given: a process in which redis-py cannot be imported
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path / "db")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    out = python_without("redis", CHILD, str(tmp_path / "db"))
+    seen = json.loads(out.splitlines()[-1])
     # Then: the embedded broker works without it, and a Redis broker names the extra
     assert seen["redis_imported_by_the_base"] is False
     for how in ("open_broker", "import"):

@@ -5,24 +5,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-#: Runs with ``prometheus_client`` unimportable and prints what it saw as JSON.
+from tests.helpers import python_without
+
+#: Runs with ``prometheus_client`` unimportable (:func:`python_without`) and prints
+#: what it saw as JSON.
 CHILD = r"""
 import json
 import sys
-
-
-class BlockPrometheus:
-    def find_spec(self, name, path=None, target=None):
-        if name == "prometheus_client" or name.startswith("prometheus_client."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-
-sys.meta_path.insert(0, BlockPrometheus())
 
 from broker_adapter.errors import MissingExtra
 from broker_adapter.server.server import BrokerServer
@@ -47,14 +38,8 @@ def test_metrics_without_the_extra_are_a_missing_extra_naming_the_pip_line(
     tmp_path: Path,
 ) -> None:
     # Given: a server process in which prometheus_client cannot be imported
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path / "data")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    out = python_without("prometheus_client", CHILD, str(tmp_path / "data"))
+    seen = json.loads(out.splitlines()[-1])
     # Then: it serves without metrics; asking for them names the extra
     assert seen["imported"] is False
     extra, text = seen["serve"]
