@@ -1,6 +1,7 @@
 """AsyncBrokerAdapter: the client half of the broker contract, awaitable.
 
-What an app does from a coroutine (send, abort, query, pending, stats) without
+What an app does from a coroutine (send, abort, query, pending, stats, and the
+runtime calls reschedule, abort_prefix and find_pending) without
 blocking its event loop. The semantics are those of
 :class:`~broker_adapter.base.BrokerAdapter`, sentence for sentence (its
 docstrings are the contract); only the calls are awaited. Consumers stay on the
@@ -10,7 +11,9 @@ sync side: a dispatcher pulls in its own thread.
 :class:`~broker_adapter.adapter.AdapterBase` does for the sync ones: argument
 checks before any I/O, refusing calls once closed, ``send`` as a batch of one.
 An adapter writes only its primitives (``_send_checked``, ``_abort``, ``_query``,
-``_pending``, ``_stats``, ``_close``), each a coroutine that runs only while open.
+``_pending``, ``_stats``, ``_close``, ``_reschedule``, ``_abort_prefix``,
+``_find_pending``: the arguments of the sync primitives of the same names), each a
+coroutine that runs only while open.
 :class:`ThreadedAsyncBroker` is the async face of any sync adapter (the embedded
 broker: a RocksDB call is short and holds the GIL, so it is handed to a thread);
 network brokers speak their protocol natively on the event loop
@@ -28,10 +31,25 @@ from typing import Any, Self
 
 from broker_adapter.adapter import check_messages
 from broker_adapter.base import BrokerAdapter
-from broker_adapter.checks import check_abort_args, check_pending_limit
-from broker_adapter.errors import BrokerClosed, InvalidArgument, InvalidMessage
-from broker_adapter.message import Message
-from broker_adapter.results import AbortResult, BrokerStats, MessageView, SendResult
+from broker_adapter.checks import (
+    NewDue,
+    check_abort_args,
+    check_find_args,
+    check_key_prefix,
+    check_pending_limit,
+    check_reschedule_args,
+)
+from broker_adapter.errors import BrokerClosed, InvalidArgument, InvalidMessage, MessageTooLarge
+from broker_adapter.message import Message, check_topic
+from broker_adapter.results import (
+    AbortResult,
+    BrokerStats,
+    MessageView,
+    PendingPage,
+    PrefixAbortResult,
+    RescheduleResult,
+    SendResult,
+)
 
 #: A caller's send waiting for its batch: its messages and the future of its answer.
 _Send = tuple[Sequence[Message], Any]
@@ -71,6 +89,38 @@ class AsyncBrokerAdapter(abc.ABC):
     @abc.abstractmethod
     async def stats(self) -> BrokerStats:
         """See :meth:`BrokerAdapter.stats`."""
+
+    @abc.abstractmethod
+    async def reschedule(
+        self,
+        msg_id: str | None = None,
+        *,
+        key: str | None = None,
+        topic: str | None = None,
+        delay_ms: int | None = None,
+        deliver_at_ms: int | None = None,
+        body: bytes | None = None,
+    ) -> RescheduleResult:
+        """See :meth:`BrokerAdapter.reschedule`."""
+
+    @abc.abstractmethod
+    async def abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
+        """See :meth:`BrokerAdapter.abort_prefix`."""
+
+    @abc.abstractmethod
+    async def find_pending(
+        self,
+        topic: str | None = None,
+        *,
+        key_prefix: str | None = None,
+        tag: str | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        with_body: bool = False,
+    ) -> PendingPage:
+        """See :meth:`BrokerAdapter.find_pending`."""
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -149,6 +199,53 @@ class AsyncAdapterBase(AsyncBrokerAdapter):
         self.check_open()
         return await self._stats()
 
+    async def reschedule(
+        self,
+        msg_id: str | None = None,
+        *,
+        key: str | None = None,
+        topic: str | None = None,
+        delay_ms: int | None = None,
+        deliver_at_ms: int | None = None,
+        body: bytes | None = None,
+    ) -> RescheduleResult:
+        """See :meth:`BrokerAdapter.reschedule`."""
+        due = check_reschedule_args(msg_id, key, topic, delay_ms, deliver_at_ms, body)
+        if topic is not None:
+            check_topic(topic)
+        if body is not None and self.max_body_bytes is not None and len(body) > self.max_body_bytes:
+            raise MessageTooLarge(len(body), self.max_body_bytes)
+        self.check_open()
+        return await self._reschedule(msg_id, key, topic, due, body)
+
+    async def abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
+        """See :meth:`BrokerAdapter.abort_prefix`."""
+        check_topic(topic)
+        check_key_prefix(key_prefix)
+        self.check_open()
+        return await self._abort_prefix(topic, key_prefix)
+
+    async def find_pending(
+        self,
+        topic: str | None = None,
+        *,
+        key_prefix: str | None = None,
+        tag: str | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        with_body: bool = False,
+    ) -> PendingPage:
+        """See :meth:`BrokerAdapter.find_pending`."""
+        check_find_args(topic, key_prefix, tag, start_ms, end_ms, limit, cursor)
+        if topic is not None:
+            check_topic(topic, allow_system=True)
+        self.check_open()
+        return await self._find_pending(
+            topic, key_prefix, tag, start_ms, end_ms, limit, cursor, bool(with_body)
+        )
+
     async def close(self) -> None:
         """See :meth:`AsyncBrokerAdapter.close`."""
         if self._closed:
@@ -181,6 +278,35 @@ class AsyncAdapterBase(AsyncBrokerAdapter):
     @abc.abstractmethod
     async def _close(self) -> None:
         """Release the adapter's resources."""
+
+    @abc.abstractmethod
+    async def _reschedule(
+        self,
+        msg_id: str | None,
+        key: str | None,
+        topic: str | None,
+        due: NewDue,
+        body: bytes | None,
+    ) -> RescheduleResult:
+        """See :meth:`AdapterBase._reschedule <broker_adapter.adapter.AdapterBase._reschedule>`."""
+
+    @abc.abstractmethod
+    async def _abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
+        """See :meth:`AdapterBase._abort_prefix <broker_adapter.adapter.AdapterBase._abort_prefix>`."""
+
+    @abc.abstractmethod
+    async def _find_pending(
+        self,
+        topic: str | None,
+        key_prefix: str | None,
+        tag: str | None,
+        start_ms: int | None,
+        end_ms: int | None,
+        limit: int,
+        cursor: str | None,
+        with_body: bool,
+    ) -> PendingPage:
+        """See :meth:`AdapterBase._find_pending <broker_adapter.adapter.AdapterBase._find_pending>`."""
 
 
 class ThreadedAsyncBroker(AsyncAdapterBase):
@@ -348,6 +474,53 @@ class ThreadedAsyncBroker(AsyncAdapterBase):
 
     async def _stats(self) -> BrokerStats:
         result: BrokerStats = await self._call(self._broker.stats)
+        return result
+
+    async def _reschedule(
+        self,
+        msg_id: str | None,
+        key: str | None,
+        topic: str | None,
+        due: NewDue,
+        body: bytes | None,
+    ) -> RescheduleResult:
+        result: RescheduleResult = await self._call(
+            self._broker.reschedule,
+            msg_id,
+            key=key,
+            topic=topic,
+            delay_ms=due.delay_ms,
+            deliver_at_ms=due.deliver_at_ms,
+            body=body,
+        )
+        return result
+
+    async def _abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
+        result: PrefixAbortResult = await self._call(self._broker.abort_prefix, topic, key_prefix)
+        return result
+
+    async def _find_pending(
+        self,
+        topic: str | None,
+        key_prefix: str | None,
+        tag: str | None,
+        start_ms: int | None,
+        end_ms: int | None,
+        limit: int,
+        cursor: str | None,
+        with_body: bool,
+    ) -> PendingPage:
+        result: PendingPage = await self._call(
+            self._broker.find_pending,
+            topic,
+            key_prefix=key_prefix,
+            tag=tag,
+            start_ms=start_ms,
+            end_ms=end_ms,
+            limit=limit,
+            cursor=cursor,
+            with_body=with_body,
+        )
         return result
 
     async def _close(self) -> None:

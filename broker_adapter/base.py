@@ -19,7 +19,10 @@ from broker_adapter.results import (
     AbortResult,
     BrokerStats,
     MessageView,
+    PendingPage,
+    PrefixAbortResult,
     ReceivedMessage,
+    RescheduleResult,
     SendResult,
 )
 
@@ -40,6 +43,9 @@ DEFAULT_MAX_INFLIGHT_BYTES = 100 * 1024 * 1024
 #: RocketMQ's retry schedule: attempt ``n`` (1-based) waits delay level ``2 + n``,
 #: i.e. 10 s, 30 s, 1 m, 2 m, ... 2 h, then stays at 2 h.
 RETRY_LEVEL_OFFSET = 2
+#: How far in the past a reschedule's ``deliver_at_ms`` may be (clock skew between a
+#: client and its broker); such a time means now, an older one is refused.
+RESCHEDULE_PAST_TOLERANCE_MS = 60_000
 
 
 def retry_backoff_ms(attempt: int) -> int:
@@ -285,6 +291,132 @@ class BrokerAdapter(abc.ABC):
         of ``topic`` and due in ``[start_ms, end_ms)``.
 
         :raises InvalidArgument: for ``limit`` < 1.
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def reschedule(
+        self,
+        msg_id: str | None = None,
+        *,
+        key: str | None = None,
+        topic: str | None = None,
+        delay_ms: int | None = None,
+        deliver_at_ms: int | None = None,
+        body: bytes | None = None,
+    ) -> RescheduleResult:
+        """Move a pending message, by ``msg_id`` or by ``key`` and ``topic``, to a new
+        due time (``delay_ms`` from now, or ``deliver_at_ms``), optionally with a new
+        ``body``, in one atomic step.
+
+        ``RESCHEDULED``: it was pending and is now due at the new time (``delay_ms=0``
+        runs it now); it keeps its id, key, tags, properties and attempts, and its key
+        keeps the due time its first send asked for, so re-sending that occurrence is
+        still a ``DUPLICATE``. ``ALREADY_DELIVERED``: it had fired before the call
+        arrived; nothing changed. ``NOT_FOUND``: no pending message with that id
+        (or key on that topic): never sent, or aborted. Whatever the race with the
+        old or the new fire time, the message is delivered exactly once as far as
+        the broker is concerned: never twice, never lost. By key it names the last
+        message sent with that key, as ``abort`` does. A message waiting for a retry
+        has fired: ``ALREADY_DELIVERED``.
+
+        :raises InvalidArgument: unless exactly one of ``msg_id`` or (``key`` and
+            ``topic``) is given, and exactly one of ``delay_ms`` or ``deliver_at_ms``;
+            or for a ``body`` that is not bytes.
+        :raises InvalidDelay: for a negative ``delay_ms``, a ``deliver_at_ms`` more
+            than :data:`RESCHEDULE_PAST_TOLERANCE_MS` in the past (a time less far
+            in the past means now), or a time past the broker's max delay.
+        :raises MessageTooLarge: for a body (plus the message's properties) over the
+            broker's max size.
+        :raises BrokerClosed: when the broker is closed.
+
+        Nothing changes when an error is raised.
+        """
+
+    @abc.abstractmethod
+    def abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
+        """Abort every pending message of ``topic`` whose key starts with ``key_prefix``.
+
+        Answers how many were aborted (each as ``abort`` would: never delivered) and
+        the keys under the prefix whose last message had already fired. The work
+        is done in bounded chunks, so a prefix matching millions of messages does
+        not stall the timing wheel; each chunk is atomic, the whole call is not: a
+        message sent under the prefix while the call runs may or may not be
+        aborted, and one that falls due meanwhile may fire (it is then listed as
+        already delivered, or not at all if its key was passed before).
+
+        :raises InvalidArgument: for an empty or non-str ``key_prefix``.
+        :raises InvalidTopic: for a bad topic name.
+        :raises UnknownTopic: for a topic the broker never had a message on.
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def find_pending(
+        self,
+        topic: str | None = None,
+        *,
+        key_prefix: str | None = None,
+        tag: str | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        with_body: bool = False,
+    ) -> PendingPage:
+        """A page of pending (not yet fired, not aborted) messages in due-time order,
+        filtered by any of: ``topic``, a ``key_prefix`` (needs ``topic``), the exact
+        ``tag`` (the scheduler tags each run with its job's name) and a due time in
+        ``[start_ms, end_ms)``.
+
+        Pass the page's ``cursor`` back (with the same filters) for the next page;
+        ``None`` means there is no more. A page holds at most ``limit`` messages and
+        may hold fewer, even none, before the last: each call does bounded work
+        however many messages are pending. Messages sent or moved between pages may
+        or may not show up; none shows up twice unless it was rescheduled later
+        between two pages. ``with_body`` adds each message's body to its view.
+
+        :raises InvalidArgument: for ``limit`` < 1, an empty ``key_prefix`` or one
+            without ``topic``, ``start_ms``/``end_ms`` that are not ints >= 0, or a
+            malformed cursor.
+        :raises InvalidTopic: for a bad topic name.
+        :raises UnknownTopic: for a topic the broker never had a message on.
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def acquire_rate(self, bucket: str, limit: int, period_ms: int) -> int:
+        """Take one permit of the rate limit ``bucket``: at most ``limit`` permits per
+        ``period_ms``, shared by every client of this broker (all processes and
+        machines), with bursts of up to ``limit`` (a GCRA / leaky bucket).
+
+        Returns ``0`` when the permit was taken, else how many ms to wait before
+        asking again (nothing was taken). The state is the broker's (in memory for
+        the embedded broker: a restart starts every bucket full).
+
+        :raises InvalidArgument: for an empty ``bucket`` or non-positive ``limit``
+            or ``period_ms``.
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def acquire_slot(self, name: str, limit: int, holder: str, lease_ms: int) -> bool:
+        """Take one of ``limit`` slots of the semaphore ``name`` for ``holder`` (e.g. a
+        run's id) for ``lease_ms``: ``True`` when taken (or ``holder`` already held
+        one: its lease is renewed), ``False`` when all ``limit`` are held. A lease not
+        renewed or released within ``lease_ms`` expires (its holder died), so the
+        slot frees itself. Shared by every client of this broker.
+
+        :raises InvalidArgument: for an empty ``name`` or ``holder``, or non-positive
+            ``limit`` or ``lease_ms``.
+        :raises BrokerClosed: when the broker is closed.
+        """
+
+    @abc.abstractmethod
+    def release_slot(self, name: str, holder: str) -> bool:
+        """Give back ``holder``'s slot of semaphore ``name``: ``True`` when it held one
+        (and its lease had not expired), else ``False`` (nothing changes).
+
         :raises BrokerClosed: when the broker is closed.
         """
 

@@ -7,9 +7,10 @@ what every adapter checks first, so each adapter only writes its primitives.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TypeGuard
 
-from broker_adapter.errors import InvalidArgument
+from broker_adapter.errors import InvalidArgument, InvalidDelay
 
 
 def is_int(value: object, minimum: int | None = None, maximum: int | None = None) -> TypeGuard[int]:
@@ -74,14 +75,136 @@ def check_positive_settings(**settings: object) -> None:
         check_int(name, value)
 
 
+@dataclass(frozen=True, slots=True)
+class NewDue:
+    """A reschedule's new due time, as given: ``delay_ms`` from the broker's now, or
+    the absolute ``deliver_at_ms`` (exactly one is set); see :meth:`resolve`."""
+
+    delay_ms: int | None
+    deliver_at_ms: int | None
+
+    def resolve(self, now_ms: int, max_delay_ms: int, tolerance_ms: int) -> int:
+        """The epoch ms the message is due at, given the broker's ``now_ms``.
+
+        :raises InvalidDelay: for a time more than ``tolerance_ms`` in the past, or
+            more than ``max_delay_ms`` ahead.
+        """
+        if self.delay_ms is not None:
+            due = now_ms + self.delay_ms
+        else:
+            at = self.deliver_at_ms
+            assert at is not None  # the constructor's check: exactly one is set
+            if at < now_ms - tolerance_ms:
+                raise InvalidDelay(
+                    "deliver_at_ms",
+                    at,
+                    f"{now_ms - at} ms in the past (the broker's clock); give a future "
+                    "time, or delay_ms=0 to run it now",
+                )
+            due = max(at, now_ms)
+        if due - now_ms > max_delay_ms:
+            raise InvalidDelay(
+                "deliver_at_ms" if self.delay_ms is None else "delay_ms",
+                self.deliver_at_ms if self.delay_ms is None else self.delay_ms,
+                f"more than the broker's max delay of {max_delay_ms} ms ahead",
+            )
+        return due
+
+
+def check_reschedule_args(
+    msg_id: object,
+    key: object,
+    topic: object,
+    delay_ms: object,
+    deliver_at_ms: object,
+    body: object,
+) -> NewDue:
+    """Check a ``reschedule`` call (what every adapter checks first) and return its due.
+
+    :raises InvalidArgument: unless ``msg_id`` alone or ``key`` with ``topic`` is given,
+        exactly one of ``delay_ms`` and ``deliver_at_ms``, and ``body`` is bytes or ``None``.
+    :raises InvalidDelay: for a timing that is not an int >= 0.
+    """
+    if (msg_id is None) == (key is None) or (key is None) != (topic is None):
+        raise InvalidArgument("reschedule takes msg_id=..., or key=... with topic=...")
+    if (delay_ms is None) == (deliver_at_ms is None):
+        raise InvalidArgument("reschedule takes exactly one of delay_ms=... or deliver_at_ms=...")
+    for name, value in (("delay_ms", delay_ms), ("deliver_at_ms", deliver_at_ms)):
+        if value is not None and not is_int(value, 0):
+            raise InvalidDelay(name, value, "must be an int >= 0")
+    if body is not None and type(body) is not bytes:
+        raise InvalidArgument(
+            f"body must be bytes or None, got {type(body).__name__}; encode it first"
+        )
+    return NewDue(delay_ms, deliver_at_ms)  # type: ignore[arg-type]  # checked above
+
+
+def check_key_prefix(key_prefix: object) -> str:
+    """``key_prefix`` if it is a non-empty str (of ``abort_prefix``/``find_pending``).
+
+    :raises InvalidArgument: otherwise; an empty prefix would match every key.
+    """
+    if not isinstance(key_prefix, str) or not key_prefix:
+        raise InvalidArgument(
+            f"key_prefix must be a non-empty str, got {key_prefix!r} (an empty prefix "
+            "would match every key: give the part before the id, e.g. 'order:42:')"
+        )
+    return key_prefix
+
+
+def check_find_args(
+    topic: object,
+    key_prefix: object,
+    tag: object,
+    start_ms: object,
+    end_ms: object,
+    limit: object,
+    cursor: object,
+) -> None:
+    """Check a ``find_pending`` call except the topic's name (what every adapter checks
+    first); the cursor only for its type: each adapter decodes its own.
+
+    :raises InvalidArgument: see :meth:`BrokerAdapter.find_pending
+        <broker_adapter.base.BrokerAdapter.find_pending>`.
+    """
+    check_pending_limit(limit)
+    if key_prefix is not None:
+        check_key_prefix(key_prefix)
+        if topic is None:
+            raise InvalidArgument("find_pending with key_prefix=... needs topic=... too")
+    if tag is not None and (not isinstance(tag, str) or not tag):
+        raise InvalidArgument(f"tag must be a non-empty str or None, got {tag!r}")
+    for name, value in (("start_ms", start_ms), ("end_ms", end_ms)):
+        if value is not None and not is_int(value, 0):
+            raise InvalidArgument(f"{name} must be an int >= 0 (epoch ms) or None, got {value!r}")
+    if cursor is not None and (not isinstance(cursor, str) or not cursor):
+        raise InvalidArgument(f"cursor must be a page's cursor (a str) or None, got {cursor!r}")
+
+
+def check_name(label: str, value: object) -> str:
+    """``value`` if it is a non-empty str of at most 512 characters (a rate bucket, a
+    semaphore or a holder name).
+
+    :raises InvalidArgument: otherwise.
+    """
+    if not isinstance(value, str) or not value or len(value) > 512:
+        raise InvalidArgument(f"{label} must be a str of 1 to 512 characters, got {value!r}")
+    return value
+
+
 __all__ = [
+    "NewDue",
     "check_abort_args",
+    "check_find_args",
     "check_int",
     "check_invisible_ms",
+    "check_key_prefix",
     "check_nack_delay",
+    "check_name",
     "check_pending_limit",
     "check_positive_settings",
     "check_pull_args",
     "check_release_delay",
+    "check_reschedule_args",
     "is_int",
 ]

@@ -13,6 +13,7 @@ was wrong and what to do about it.
     │   ├── InvalidTopic                    empty, too long, bad characters, reserved
     │   └── MessageTooLarge                 body over the broker's max size
     ├── InvalidArgument (ValueError)        a bad argument to any other call
+    │   └── UnknownTopic                    a call names a topic the broker has never seen
     ├── UnknownScheme (ValueError)          open_broker() got a URL it cannot serve
     ├── MissingExtra (ImportError)          a feature whose optional extra is not installed
     ├── MessageNotFound (LookupError)       an id or key names no message
@@ -67,6 +68,18 @@ class MessageTooLarge(InvalidMessage):
 
 class InvalidArgument(ChronoqError, ValueError):
     """A bad argument to a broker, consumer or scheduler call."""
+
+
+class UnknownTopic(InvalidArgument):
+    """A call that reads or changes the messages of a topic names one the broker has
+    never had a message on (a typo, or the wrong broker)."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        super().__init__(
+            f"no topic {topic!r} on this broker: nothing was ever sent to it; check the "
+            "name (and the broker URL), or list the topics with `chronoq stats`"
+        )
 
 
 class UnknownScheme(ChronoqError, ValueError):

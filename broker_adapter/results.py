@@ -33,6 +33,17 @@ class AbortStatus(enum.Enum):
     NOT_FOUND = "NOT_FOUND"
 
 
+class RescheduleStatus(enum.Enum):
+    """Outcome of a reschedule."""
+
+    #: The message was pending; it is now due at the new time (and has the new body).
+    RESCHEDULED = "RESCHEDULED"
+    #: Too late: the message had already fired (it is ready, in flight or done); unchanged.
+    ALREADY_DELIVERED = "ALREADY_DELIVERED"
+    #: No pending message with that id (or key on that topic): never sent, or aborted.
+    NOT_FOUND = "NOT_FOUND"
+
+
 class MessageState(enum.Enum):
     """Where a message is in its life."""
 
@@ -61,6 +72,34 @@ class AbortResult:
 
     status: AbortStatus
     msg_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RescheduleResult:
+    """Answer to a reschedule: ``status``, the message id (``None`` only for
+    ``NOT_FOUND`` by key) and when it is due now (epoch ms; ``None`` for
+    ``NOT_FOUND``): the new time for ``RESCHEDULED``, the time it fired at for
+    ``ALREADY_DELIVERED``."""
+
+    status: RescheduleStatus
+    msg_id: str | None
+    deliver_at_ms: int | None
+
+
+#: Most keys a :class:`PrefixAbortResult` lists (its count is always exact).
+MAX_REPORTED_KEYS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixAbortResult:
+    """Answer to ``abort_prefix``: how many pending messages were aborted, and the
+    keys under the prefix whose last message had already fired (the first
+    :data:`MAX_REPORTED_KEYS` of them in key order; ``already_delivered_count``
+    counts them all)."""
+
+    aborted: int
+    already_delivered: tuple[str, ...] = ()
+    already_delivered_count: int = 0
 
 
 #: How ``MessageView.state`` sums up the groups: the least finished state wins.
@@ -98,6 +137,19 @@ class MessageView:
     body_size: int = 0
     groups: Mapping[str, MessageState] = field(default_factory=dict)
     error: str | None = None
+    #: The body, only in the answers of ``find_pending(..., with_body=True)``.
+    body: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPage:
+    """One page of ``find_pending``: messages in due-time order, and the cursor of
+    the next page (``None``: this was the last). A page may hold fewer messages than
+    asked, even none, while ``cursor`` is not ``None``: each call does bounded
+    work, so keep going until the cursor is ``None``."""
+
+    messages: list[MessageView]
+    cursor: str | None
 
 
 class ReceivedMessage(NamedTuple):

@@ -39,6 +39,7 @@ from scheduler.app_calls import AppCalls
 from scheduler.errors import InvalidSettings
 from scheduler.executor_kinds import EXECUTOR_KINDS
 from scheduler.handles import JobHandle
+from scheduler.limits import RateLimit
 from scheduler.loop_rule import check_sync_call
 from scheduler.registry import JobRegistry
 from scheduler.runners import app_runner
@@ -71,10 +72,11 @@ def _job_options(
     topic: str | None,
     queue: str | None,
     retry: RetryPolicy | None,
+    rate_limit: str | RateLimit | None = None,
 ) -> dict[str, Any]:
     """The JobSpec options ``@app.job`` and ``@app.cron`` share."""
     options: dict[str, Any] = {"executor": executor or "", "max_attempts": max_attempts}
-    options.update(timeout=timeout, topic=topic, queue=queue)
+    options.update(timeout=timeout, topic=topic, queue=queue, rate_limit=rate_limit)
     if retry is not None:
         options["retry"] = retry
     return options
@@ -281,6 +283,8 @@ class Scheduler(AppCalls):
         topic: str | None = None,
         queue: str | None = None,
         retry: RetryPolicy | None = None,
+        max_running: int | None = None,
+        rate_limit: str | RateLimit | None = None,
     ) -> Callable[[Callable[P, R]], JobHandle[P, R]]: ...
 
     def job(
@@ -295,6 +299,8 @@ class Scheduler(AppCalls):
         topic: str | None = None,
         queue: str | None = None,
         retry: RetryPolicy | None = None,
+        max_running: int | None = None,
+        rate_limit: str | RateLimit | None = None,
     ) -> JobHandle[P, R] | Callable[[Callable[P, R]], JobHandle[P, R]]:
         """Register a job; use as ``@app.job`` or ``@app.job(...)``.
 
@@ -313,6 +319,11 @@ class Scheduler(AppCalls):
         :param topic: the topic of its messages; by default ``settings.topic``.
         :param queue: the queue, for an executor kind with queues (``"celery"``).
         :param retry: backoff between attempts; RocketMQ's schedule by default.
+        :param max_running: most runs going at once across every dispatcher of the
+            app (``None``: no limit); a run over it waits, never fails.
+        :param rate_limit: most runs started per second, minute or hour across every
+            dispatcher (``"100/s"``, ``"30/m"``, ``"5/10s"``; see
+            :class:`~scheduler.limits.RateLimit`); a run over it waits, never fails.
         :raises InvalidJobSpec: for an option that cannot work.
         :raises DuplicateJob: when another job already has the name.
         """
@@ -320,7 +331,8 @@ class Scheduler(AppCalls):
             if inspect.iscoroutine(func):
                 check_job_function(func)  # raises InvalidJobSpec: decorate the function
             raise TypeError(f"@app.job takes options by keyword, e.g. @app.job(name={func!r})")
-        options = _job_options(executor, max_attempts, timeout, topic, queue, retry)
+        options = _job_options(executor, max_attempts, timeout, topic, queue, retry, rate_limit)
+        options["max_running"] = max_running
 
         def decorate(fn: Callable[P, R]) -> JobHandle[P, R]:
             spec = JobSpec.for_function(fn, name, **options)
@@ -346,6 +358,7 @@ class Scheduler(AppCalls):
         timeout: float | timedelta | None = None,
         queue: str | None = None,
         retry: RetryPolicy | None = None,
+        rate_limit: str | RateLimit | None = None,
     ) -> Callable[[Callable[P, R]], JobHandle[P, R]]:
         """Register a cron job, run with no arguments at each fire time of ``expr``.
 
@@ -362,7 +375,8 @@ class Scheduler(AppCalls):
         :param max_running: how many runs of it may overlap (enforced by the dispatcher).
         :param jitter: delay each occurrence by up to this many seconds, the same
             for every scheduler (derived from the occurrence's key).
-        :param executor: see :meth:`job`; the other options are :meth:`job`'s too.
+        :param executor: see :meth:`job`; the other options (``rate_limit`` too) are
+            :meth:`job`'s.
         :raises InvalidCron: for a malformed expression or an unknown time zone.
         :raises InvalidJobSpec: for an option that cannot work, or a function that
             cannot be called without arguments.
@@ -374,7 +388,7 @@ class Scheduler(AppCalls):
             coalesce=coalesce,
             max_catch_up=max_catch_up,
         )
-        options = _job_options(executor, max_attempts, timeout, topic, queue, retry)
+        options = _job_options(executor, max_attempts, timeout, topic, queue, retry, rate_limit)
 
         def decorate(fn: Callable[P, R]) -> JobHandle[P, R]:
             spec = JobSpec.for_function(fn, name, **options)

@@ -19,6 +19,7 @@ from broker_adapter.checks import is_int
 from broker_adapter.message import MAX_KEY_CHARS, check_topic
 from scheduler.errors import InvalidJobSpec
 from scheduler.executor_kinds import EXECUTOR_KINDS, default_kind_for
+from scheduler.limits import RateLimit, check_max_running
 from scheduler.triggers import CronTrigger
 
 Coalesce = Literal["latest", "earliest", "all"]
@@ -193,6 +194,11 @@ class JobSpec:
     :param queue: the queue, for an executor kind with queues (``executor="celery"``);
         ``None`` for its default.
     :param retry: backoff between attempts.
+    :param max_running: most runs of this job going at once across every dispatcher
+        of the app; ``None`` for no limit. A run over it waits (never fails).
+    :param rate_limit: most runs started per period across every dispatcher
+        (:class:`~scheduler.limits.RateLimit`, or its text such as ``"100/s"``);
+        a run over it waits (never fails, never burns an attempt).
     :raises InvalidJobSpec: for any option that cannot work.
     :raises InvalidTopic: for a bad ``topic`` name.
     """
@@ -205,9 +211,14 @@ class JobSpec:
     topic: str | None = None
     queue: str | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_running: int | None = None
+    rate_limit: RateLimit | None = None
 
     def __post_init__(self) -> None:
         check_job_name(self.name)
+        check_max_running(self.max_running)
+        if self.rate_limit is not None:
+            object.__setattr__(self, "rate_limit", RateLimit.parse(self.rate_limit))
         check_job_function(self.func)
         if self.executor == "":
             object.__setattr__(self, "executor", default_kind_for(self.func))
