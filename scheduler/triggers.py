@@ -30,6 +30,26 @@ its time; an interval job fires whenever the wall clock shows one of its times.
 This holds for any offset change (30-minute DST as on Lord Howe, "negative DST"
 as in Europe/Dublin, or a zone changing its standard offset).
 
+Day of month and day of week (Vixie/ISC ``cron(8)``, as in ``crontab(5)``)
+--------------------------------------------------------------------------
+
+When **both** fields are restricted the job fires on a day that matches
+**either** (``0 0 1,15 * 1`` runs on the 1st, the 15th and every Monday). A field
+whose text **starts with** ``*`` counts as unrestricted, even with a step
+(``*/2``), and then a day must match **both** fields:
+
+* ``0 0 */2 * 1`` fires on Mondays that are odd days of the month (not on every
+  odd day or Monday); ``0 0 1-31/2 * 1`` (no leading ``*``) fires on every odd
+  day and on every Monday;
+* ``0 0 15 * */2`` fires on the 15th when it is a Sunday, Tuesday, Thursday or
+  Saturday;
+* ``0 0 * * 1`` fires on Mondays, ``0 0 13 * *`` on the 13th, as usual.
+
+Only the first character decides: ``15,*`` is restricted (so, with a restricted
+weekday, every day matches), ``*,15`` is not. croniter's extensions combine by
+the same rule: ``L`` (last day) in the day of month, ``L5`` (last Friday) and
+``5#3`` (third Friday) in the day of week.
+
 Fire times are whole seconds, returned as epoch milliseconds.
 """
 
@@ -90,6 +110,21 @@ def _collapse_ranges(field: str) -> str:
     return ",".join(parts)
 
 
+#: The full range of the day-of-month and day-of-week fields (for :func:`_star_items`).
+_FULL_RANGE = {"dom": "1-31", "dow": "0-6"}
+
+
+def _star_items(field: str, full: str) -> str:
+    """Write a ``*`` that is not the field's first character as the full range.
+
+    Only the first character makes a day field unrestricted (Vixie cron's
+    ``DOM_STAR``/``DOW_STAR``), but croniter folds ``15,*`` into ``*``; spelled
+    ``15,1-31`` it stays restricted, as cron reads it.
+    """
+    head, *rest = field.split(",")
+    return ",".join([head, *(full + p[1:] if p.startswith("*") else p for p in rest)])
+
+
 def _normalize(expr: object, tz: object) -> tuple[str, list[str]]:
     if not isinstance(expr, str):
         raise InvalidCron(expr, tz, "a cron expression is a str such as '0 5 * * *'")
@@ -102,7 +137,6 @@ def _normalize(expr: object, tz: object) -> tuple[str, list[str]]:
             )
         text = alias
     fields = [_collapse_ranges(f) for f in text.split(" ")] if text else []
-    text = " ".join(fields)
     if len(fields) not in (5, 6):
         raise InvalidCron(
             expr,
@@ -110,7 +144,9 @@ def _normalize(expr: object, tz: object) -> tuple[str, list[str]]:
             f"has {len(fields)} fields; write five (minute hour day month weekday) or six, "
             "with seconds first (second minute hour day month weekday)",
         )
-    return text, fields
+    fields[-3] = _star_items(fields[-3], _FULL_RANGE["dom"])
+    fields[-1] = _star_items(fields[-1], _FULL_RANGE["dow"])
+    return " ".join(fields), fields
 
 
 class CronTrigger:
@@ -121,6 +157,10 @@ class CronTrigger:
     :param expr: five fields ``minute hour day-of-month month day-of-week``, or six
         with seconds first; names (``mon``, ``jan``), ranges, steps, lists, ``L``,
         ``#`` and ``W`` as croniter reads them, or an alias from :data:`ALIASES`.
+        When the day of month and the day of week are both restricted a day
+        matching either fires, but a field starting with ``*`` (``*/2`` too) is
+        unrestricted, so ``0 0 */2 * 1`` fires on Mondays that are odd days
+        (Vixie cron's rule; see the module docstring).
     :param tz: an IANA time zone name or a :class:`~zoneinfo.ZoneInfo`.
     :raises InvalidCron: for a malformed expression, one that never fires (``0 0 30 2 *``),
         or an unknown time zone.
@@ -132,10 +172,14 @@ class CronTrigger:
         text, fields = _normalize(expr, tz)
         zone = _load_zone(text, tz)
         try:
+            # implement_cron_bug: croniter's name for Vixie cron's day rule (a day
+            # field starting with "*" is unrestricted, so the two fields are ANDed);
+            # see the module docstring.
             cron = croniter(
                 text,
                 datetime(2000, 1, 1, tzinfo=UTC),
                 second_at_beginning=len(fields) == 6,
+                implement_cron_bug=True,
             )
             cron.get_next(float)
         except CroniterBadDateError:
