@@ -35,7 +35,8 @@ consumer is opened with ``max_inflight`` = slots + ``max_awaiting``.
 
 Around the loop, hooks (:mod:`workers.hooks`) do the rest: the invisibility keeper
 (a held message never comes back while its job waits or runs), the timeout watch,
-the cron gate, the delivery trace, and any the caller passes.
+the cron gate, the delivery trace, per-job limits (:mod:`workers.limits`, when a
+job has ``max_running`` or ``rate_limit``), and any the caller passes.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from workers.executors.base import Executor
 from workers.executors.factory import default_executors
 from workers.hooks import DispatchHook
 from workers.inflight import InFlight
+from workers.limits import job_limits
 from workers.pull_loop import PullLoop
 from workers.routing import skip_reason, topics_for
 from workers.runs import App
@@ -164,6 +166,8 @@ class Dispatcher:
                 max_attempts=max((s.max_attempts for s in specs), default=16),
                 max_inflight=self.capacity + self.max_awaiting,
             )
+            # Per-job limits (max_running, rate_limit): a hook only if a job has one.
+            limits = job_limits(self.app.broker, specs, self._log)
             for executor in self.executors.values():
                 warm_up = getattr(executor, "warm_up", None)  # optional: see Executor
                 if callable(warm_up):
@@ -181,7 +185,7 @@ class Dispatcher:
                 leaves=self._leaves,
                 log=self._log,
                 trace=self._trace,
-                hooks=self._hooks,
+                hooks=self._hooks if limits is None else (limits, *self._hooks),
             )
             self._log.info(
                 "dispatcher joined group %s on %s (capacity %d, invisible %d ms)",

@@ -10,7 +10,7 @@ that happens per message is a hook: the delivery trace
 The life of one message, and the calls a hook gets (every method is optional)::
 
     on_pulled(messages)                   pull thread, once per pull
-    admit(run) -> reason                  pull thread; "" lets the run start
+    admit(run) -> reason | Decision       pull thread; "" lets the run start
     before_start(run, job)                before each job goes to its executor
     after_handoff(run)                    the executor handed the job to another system
     after_job(run, job, error)            each job returned (error: None on success)
@@ -41,7 +41,7 @@ from broker_adapter.base import Consumer
 from broker_adapter.results import ReceivedMessage
 from workers.context import JobContext
 from workers.runs import Run
-from workers.settlement import Settlement
+from workers.settlement import Decision, Settlement
 
 
 class Session(Protocol):
@@ -80,10 +80,12 @@ class DispatchHook:
     def on_pulled(self, messages: list[ReceivedMessage]) -> None:
         """A pull returned ``messages`` (never empty)."""
 
-    def admit(self, run: Run) -> str:
+    def admit(self, run: Run) -> str | Decision:
         """Whether ``run`` may start now: ``""``, or why not (it is then skipped:
-        acked in this group with that reason). The first refusal wins; every
-        admitted or refused run gets :meth:`after_run`."""
+        acked in this group with that reason), or a :class:`Decision` to settle it
+        otherwise (e.g. ``DEFER``: released for later, as a run over a per-job
+        limit is). The first refusal wins; every admitted or refused run gets
+        :meth:`after_run`."""
         return ""
 
     def before_start(self, run: Run, job: JobContext) -> None:
@@ -142,7 +144,7 @@ class HookCalls:
         self.on_pulled: tuple[Callable[[list[ReceivedMessage]], None], ...] = _overriding(
             hs, "on_pulled"
         )
-        self.admit: tuple[Callable[[Run], str], ...] = _overriding(hs, "admit")
+        self.admit: tuple[Callable[[Run], str | Decision], ...] = _overriding(hs, "admit")
         self.before_start: tuple[Callable[[Run, JobContext], None], ...] = _overriding(
             hs, "before_start"
         )

@@ -149,9 +149,10 @@ class PullLoop:
         if self._left_to_others(m, spec.executor, spec.name):
             return
         run = Run(m, spec, call, JobContext(spec, call, m, None, self._clock_ms))
-        why = self._admit(run)
-        if why:
-            self._log.info("job %s msg=%s skipped: %s", spec.name, m.msg_id, why)
+        refused = self._admit(run)
+        if refused is not None:
+            if refused.settlement is Settlement.SKIP:  # a wait is logged by its hook
+                self._log.info("job %s msg=%s skipped: %s", spec.name, m.msg_id, refused.reason)
             return
         self._flow.add(run)
         self._start(run, run.job)
@@ -177,23 +178,29 @@ class PullLoop:
             return
         job = JobContext(cron.job, call, m, due[0], self._clock_ms)
         run = Run(m, cron.job, call, job, cron, due)
-        why = self._admit(run)
-        if why:
-            self._log.info("cron %s msg=%s occurrence %d skipped: %s", name, m.msg_id, fire_ms, why)
+        refused = self._admit(run)
+        if refused is not None:
+            if refused.settlement is Settlement.SKIP:
+                why = refused.reason
+                self._log.info(
+                    "cron %s msg=%s occurrence %d skipped: %s", name, m.msg_id, fire_ms, why
+                )
             return
         self._flow.add(run)
         self._start(run, job)
 
-    def _admit(self, run: Run) -> str:
-        """``""`` when the hooks let ``run`` start; else why not (then it is skipped)."""
+    def _admit(self, run: Run) -> Decision | None:
+        """``None`` when the hooks let ``run`` start; else how it was settled instead:
+        skipped with the refusing hook's reason, or as the hook's decision says."""
         for admit in self.calls.admit:
             why = admit(run)
             if why:
                 for after_run in self.calls.after_run:
                     after_run(run)
-                self._settle_alone(run.message, run.spec.name, Decision(Settlement.SKIP, why))
-                return why
-        return ""
+                d = why if isinstance(why, Decision) else Decision(Settlement.SKIP, why)
+                self._settle_alone(run.message, run.spec.name, d)
+                return d
+        return None
 
     def _left_to_others(self, m: ReceivedMessage, executor: str, name: str) -> bool:
         """Ack (in this group) a job that another dispatcher runs; see :mod:`workers.routing`."""

@@ -25,7 +25,8 @@ class Settlement(enum.Enum):
     #: Give the message back now without counting an attempt (the job never
     #: started here, or still runs elsewhere): ``release``.
     RELEASE = "release"
-    #: The executor could not start the job: give it back after the delay,
+    #: The job could not start now (its executor could not take it, or it is over
+    #: a per-job limit: :mod:`workers.limits`): give it back after the delay,
     #: without counting an attempt (``release`` with a delay).
     DEFER = "defer"
     #: Give back now, counting the attempt (the job started here and was stopped):
