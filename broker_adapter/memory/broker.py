@@ -22,15 +22,25 @@ from broker_adapter.base import (
     DEFAULT_RETENTION_MS,
     Consumer,
 )
-from broker_adapter.checks import check_positive_settings
+from broker_adapter.checks import NewDue, check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.errors import InvalidArgument
+from broker_adapter.memory import runtime
 from broker_adapter.memory.consumer import MemoryConsumer
+from broker_adapter.memory.finder import find_pending
 from broker_adapter.memory.shared import SHARED, StoreSettings
 from broker_adapter.memory.store import MemoryStore
 from broker_adapter.memory.views import broker_stats, message_view, pending_views
 from broker_adapter.message import Message
-from broker_adapter.results import AbortResult, BrokerStats, MessageView, SendResult
+from broker_adapter.results import (
+    AbortResult,
+    BrokerStats,
+    MessageView,
+    PendingPage,
+    PrefixAbortResult,
+    RescheduleResult,
+    SendResult,
+)
 from broker_adapter.urls import split_url
 
 _INT_PARAMS = ("max_body_bytes", "max_delay_ms", "retention_ms")
@@ -157,6 +167,49 @@ class MemoryBroker(AdapterBase):
         with self._store.lock:
             self._store.tick()
             return pending_views(self._store, topic, start_ms, end_ms, limit)
+
+    def _reschedule(
+        self,
+        msg_id: str | None,
+        key: str | None,
+        topic: str | None,
+        due: NewDue,
+        body: bytes | None,
+    ) -> RescheduleResult:
+        """See :meth:`BrokerAdapter.reschedule`."""
+        return runtime.reschedule(self._store, msg_id, key, topic, due, body, self.max_body_bytes)
+
+    def _abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
+        """See :meth:`BrokerAdapter.abort_prefix`."""
+        return runtime.abort_prefix(self._store, topic, key_prefix)
+
+    def _find_pending(
+        self,
+        topic: str | None,
+        key_prefix: str | None,
+        tag: str | None,
+        start_ms: int | None,
+        end_ms: int | None,
+        limit: int,
+        cursor: str | None,
+        with_body: bool,
+    ) -> PendingPage:
+        """See :meth:`BrokerAdapter.find_pending` and :mod:`~broker_adapter.memory.finder`."""
+        return find_pending(
+            self._store, topic, key_prefix, tag, start_ms, end_ms, limit, cursor, with_body
+        )
+
+    def _acquire_rate(self, bucket: str, limit: int, period_ms: int) -> int:
+        """See :meth:`BrokerAdapter.acquire_rate` (shared by this named broker's handles)."""
+        return self._store.rates.acquire(bucket, limit, period_ms)
+
+    def _acquire_slot(self, name: str, limit: int, holder: str, lease_ms: int) -> bool:
+        """See :meth:`BrokerAdapter.acquire_slot`."""
+        return self._store.slots.acquire(name, limit, holder, lease_ms)
+
+    def _release_slot(self, name: str, holder: str) -> bool:
+        """See :meth:`BrokerAdapter.release_slot`."""
+        return self._store.slots.release(name, holder)
 
     def _consumer(self, group: str, topics: tuple[str, ...], limits: ConsumerLimits) -> Consumer:
         """See :meth:`BrokerAdapter.consumer`."""

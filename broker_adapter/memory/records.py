@@ -21,6 +21,7 @@ class StoredMessage:
     :ivar asked_ms: the due time as asked (before a past time was moved to now):
         what the keyed-duplicate rule compares.
     :ivar fired_ms: when its first copy fired; ``None`` while pending or aborted.
+    :ivar copy: its first copy while that waits on the wheel (pending), else ``None``.
     """
 
     msg_id: str
@@ -35,6 +36,7 @@ class StoredMessage:
     size: int
     aborted: bool = False
     fired_ms: int | None = None
+    copy: Copy | None = None
 
 
 @dataclass(slots=True, eq=False)

@@ -20,7 +20,9 @@ from collections.abc import Sequence
 
 from broker_adapter.base import retry_backoff_ms
 from broker_adapter.clock import Clock
+from broker_adapter.coordination import LeaseSemaphores, RateBuckets
 from broker_adapter.errors import InvalidDelay
+from broker_adapter.memory.due_index import DueIndex
 from broker_adapter.memory.groups import MemoryGroup
 from broker_adapter.memory.records import Copy, Flight, StoredMessage, TopicLog
 from broker_adapter.message import Message
@@ -58,6 +60,12 @@ class MemoryStore:
         self._receipts = itertools.count(1)
         self._keys: dict[tuple[str, str], StoredMessage] = {}
         self._wheel: list[tuple[int, int, Copy]] = []
+        self._cancelled = 0  # cancelled copies still in _wheel
+        #: The pending first sends in due order (see find_pending).
+        self.due_index = DueIndex()
+        #: The rate limits and semaphores of acquire_rate/acquire_slot (every handle's).
+        self.rates = RateBuckets(clock)
+        self.slots = LeaseSemaphores(clock)
         self._aborted: list[tuple[int, int, StoredMessage]] = []  # (due, seq): retention
         self._lingering: list[StoredMessage] = []  # trimmed, but a group still retries it
         self._now = 0
@@ -100,13 +108,16 @@ class MemoryStore:
         fired = 0
         while wheel and wheel[0][0] <= now:
             copy = heapq.heappop(wheel)[2]
-            if copy.cancelled:  # aborted: its pending count went with the abort
+            if copy.cancelled:  # aborted or moved: its pending count went then
+                self._cancelled -= 1
                 continue
             log = self.log(copy.topic)
             log.pending -= 1
             copy.fired_ms = now
             if copy.is_first:
                 copy.message.fired_ms = now
+                copy.message.copy = None
+                self.due_index.discard(copy)
             log.entries.append(copy)
             log.fired_total += 1
             fired += 1
@@ -194,6 +205,50 @@ class MemoryStore:
     def _schedule(self, copy: Copy) -> None:
         heapq.heappush(self._wheel, (copy.due_ms, copy.seq, copy))
         self.log(copy.topic).pending += 1
+        if copy.is_first:
+            copy.message.copy = copy
+            self.due_index.add(copy)
+
+    def _unschedule(self, stored: StoredMessage) -> None:
+        """Take ``stored``'s pending first copy off the wheel (left in the heap marked
+        cancelled; the heap is rebuilt once cancelled copies are half of it)."""
+        copy = stored.copy
+        if copy is None:
+            return
+        copy.cancelled = True
+        stored.copy = None
+        self.log(copy.topic).pending -= 1
+        self.due_index.discard(copy)
+        self._cancelled += 1
+        if self._cancelled > 1024 and 2 * self._cancelled > len(self._wheel):
+            self._wheel = [entry for entry in self._wheel if not entry[2].cancelled]
+            heapq.heapify(self._wheel)
+            self._cancelled = 0
+
+    def move(self, stored: StoredMessage, due_ms: int, body: bytes | None) -> None:
+        """Move the pending ``stored`` to ``due_ms`` (a new copy on the wheel, the old
+        one cancelled), with ``body`` if given; fires it if due now. Lock held."""
+        self._unschedule(stored)
+        stored.due_ms = due_ms
+        if body is not None:
+            stored.size += len(body) - len(stored.body)
+            stored.body = body
+        self._schedule(Copy(stored, stored.topic, due_ms, 0, next(self._seq)))
+        self.tick()
+        self.changed.notify_all()  # a waiting pull's wake-up time may have changed
+
+    def keyed(self, topic: str, key: str) -> StoredMessage | None:
+        """The last message sent to ``topic`` with ``key`` that the store still knows."""
+        return self._keys.get((topic, key))
+
+    def keyed_under(self, topic: str, prefix: str) -> list[tuple[str, StoredMessage]]:
+        """``(key, last message with that key)`` of ``topic`` for the keys starting with
+        ``prefix``, in key order (a pass over every key the store knows)."""
+        found = [
+            (k, msg) for (t, k), msg in self._keys.items() if t == topic and k.startswith(prefix)
+        ]
+        found.sort(key=lambda pair: pair[0])
+        return found
 
     def abort(self, msg_id: str | None, key: str | None, topic: str | None) -> AbortResult:
         """See ``BrokerAdapter.abort``. Lock held."""
@@ -212,13 +267,14 @@ class MemoryStore:
             return AbortResult(AbortStatus.ABORTED, stored.msg_id)
         if stored.fired_ms is not None:
             return AbortResult(AbortStatus.ALREADY_DELIVERED, stored.msg_id)
-        stored.aborted = True
-        for _due, _seq, copy in self._wheel:
-            if copy.message is stored and copy.is_first:
-                copy.cancelled = True
-                self.log(copy.topic).pending -= 1
-        heapq.heappush(self._aborted, (stored.due_ms, next(self._seq), stored))
+        self.abort_pending(stored)
         return AbortResult(AbortStatus.ABORTED, stored.msg_id)
+
+    def abort_pending(self, stored: StoredMessage) -> None:
+        """Abort the pending ``stored`` (it never fires). Lock held."""
+        stored.aborted = True
+        self._unschedule(stored)
+        heapq.heappush(self._aborted, (stored.due_ms, next(self._seq), stored))
 
     # -- settling deliveries ----------------------------------------------------------------
 

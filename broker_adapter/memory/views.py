@@ -66,6 +66,14 @@ def _pending_view(copy: Copy) -> MessageView:
     )
 
 
+def found_view(copy: Copy, with_body: bool) -> MessageView:
+    """The view ``find_pending`` gives of a pending first copy (with its body if asked)."""
+    if not with_body:
+        return _pending_view(copy)
+    body = copy.message.body
+    return _view(copy.message, MessageState.PENDING, deliver_at_ms=copy.due_ms, body=body)
+
+
 def pending_views(
     store: MemoryStore, topic: str | None, start_ms: int | None, end_ms: int | None, limit: int
 ) -> list[MessageView]:
@@ -111,4 +119,4 @@ def broker_stats(store: MemoryStore) -> BrokerStats:
     return BrokerStats(topics=topics, groups=groups)
 
 
-__all__ = ["broker_stats", "message_view", "pending_views"]
+__all__ = ["broker_stats", "found_view", "message_view", "pending_views"]
