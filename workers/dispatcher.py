@@ -167,7 +167,7 @@ class Dispatcher:
                 max_inflight=self.capacity + self.max_awaiting,
             )
             # Per-job limits (max_running, rate_limit): a hook only if a job has one.
-            limits = job_limits(self.app.broker, specs, self._log)
+            limits = job_limits(self.app.broker, specs, self.clock, self._log)
             for executor in self.executors.values():
                 warm_up = getattr(executor, "warm_up", None)  # optional: see Executor
                 if callable(warm_up):

@@ -36,10 +36,11 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from broker_adapter.base import DEFAULT_INVISIBLE_MS, BrokerAdapter
+from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.errors import ChronoqError
 from broker_adapter.results import ReceivedMessage
 from scheduler.spec import JobSpec
@@ -67,18 +68,26 @@ def has_limits(spec: JobSpec) -> bool:
 
 
 def job_limits(
-    broker: BrokerAdapter, specs: Iterable[JobSpec], log: logging.Logger | None = None
+    broker: BrokerAdapter,
+    specs: Iterable[JobSpec],
+    clock: Clock | None = None,
+    log: logging.Logger | None = None,
 ) -> JobLimits | None:
     """The hook for ``specs``' limits, or ``None`` when none of them has one (then
     no job pays anything for the feature).
 
     :param broker: the app's broker (where the limits are kept).
     :param specs: the app's registered jobs.
+    :param clock: the dispatcher's clock (see :class:`JobLimits`).
     :param log: where waits (DEBUG) and broker trouble (WARNING) go.
     """
     if not any(has_limits(s) for s in specs):
         return None
-    return JobLimits(broker, log=log)
+    return JobLimits(broker, clock=clock, log=log)
+
+
+def _monotonic_ms() -> float:
+    return time.monotonic() * 1000
 
 
 @dataclass(slots=True)
@@ -89,16 +98,16 @@ class _Held:
     limit: int
     holder: str
     lease_ms: int
-    renew_at: float  # monotonic s
-    since: float  # monotonic s, its admission
+    renew_at: float  # ms (the hook's clock)
+    since: float  # ms, its admission
 
 
 @dataclass(slots=True)
 class _Pace:
     """One job's waiting, as this dispatcher sees it."""
 
-    next_back_ms: float = 0.0  # monotonic ms: the next free return time of a refused run
-    rate_until: float = 0.0  # monotonic s: the broker said the bucket is empty until then
+    next_back_ms: float = 0.0  # the next free return time of a refused run
+    rate_until_ms: float = 0.0  # the broker said the bucket is empty until then
     full_pull: int = -1  # the pull in which the broker said every slot is held
     held_ms: float | None = None  # average time a run held its slot here
 
@@ -108,6 +117,9 @@ class JobLimits(DispatchHook):
     it waits (see the module docstring). Thread-safe.
 
     :param broker: the broker that keeps the limits.
+    :param clock: the dispatcher's clock, for the waits and lease renewals (a
+        :class:`~broker_adapter.clock.ManualClock` app waits in its own time, as its
+        broker does); by default, or for a ``SystemClock``, monotonic time.
     :param lease_ms: the slot lease; by default the job's timeout (at least
         :data:`MIN_LEASE_MS`), else the consumer's invisible time.
     :param log: where waits (DEBUG) and broker trouble (WARNING) go.
@@ -117,10 +129,14 @@ class JobLimits(DispatchHook):
         self,
         broker: BrokerAdapter,
         *,
+        clock: Clock | None = None,
         lease_ms: int | None = None,
         log: logging.Logger | None = None,
     ) -> None:
         self._broker = broker
+        self._now_ms: Callable[[], float] = (
+            _monotonic_ms if clock is None or isinstance(clock, SystemClock) else clock.now_ms
+        )
         self._lease_ms = lease_ms
         self._log = log or logging.getLogger("chronoq.workers.JobLimits")
         self._invisible_ms = DEFAULT_INVISIBLE_MS
@@ -130,7 +146,7 @@ class JobLimits(DispatchHook):
         self._held: dict[Run, _Held] = {}
         self._paces: dict[str, _Pace] = {}
         self._pull = 0
-        self._next_look = 0.0
+        self._next_look = 0.0  # ms (the hook's clock): the next look at the leases
         self._rng = random.Random()
 
     def held(self) -> int:
@@ -156,7 +172,7 @@ class JobLimits(DispatchHook):
         if max_running is None and rate is None:
             return ""
         name = LIMIT_PREFIX + spec.name
-        now = time.monotonic()
+        now = self._now_ms()
         pace = self._paces.get(name)
         if pace is None:
             pace = self._paces[name] = _Pace()
@@ -175,10 +191,10 @@ class JobLimits(DispatchHook):
             if not taken:
                 pace.full_pull = self._pull
                 return self._wait(run, pace, now, spacing, spacing, "max_running", max_running)
-            held = _Held(name, max_running, holder, lease, now + lease / 2000, now)
+            held = _Held(name, max_running, holder, lease, now + lease / 2, now)
         if rate is not None:
             interval = rate.period_ms / rate.limit
-            wait_ms = (pace.rate_until - now) * 1000
+            wait_ms = pace.rate_until_ms - now
             if wait_ms <= 0:
                 try:
                     wait_ms = self._broker.acquire_rate(name, rate.limit, rate.period_ms)
@@ -186,7 +202,7 @@ class JobLimits(DispatchHook):
                     self._give_back(held)
                     return self._trouble(run, "acquire_rate", e)
                 if wait_ms > 0:
-                    pace.rate_until = now + wait_ms / 1000
+                    pace.rate_until_ms = now + wait_ms
             if wait_ms > 0:
                 self._give_back(held)
                 return self._wait(run, pace, now, wait_ms, interval, "rate_limit", rate)
@@ -205,7 +221,7 @@ class JobLimits(DispatchHook):
             return
         pace = self._paces.get(held.name)
         if pace is not None:
-            took = (time.monotonic() - held.since) * 1000
+            took = self._now_ms() - held.since
             pace.held_ms = (
                 took if pace.held_ms is None else pace.held_ms + _EWMA * (took - pace.held_ms)
             )
@@ -217,13 +233,13 @@ class JobLimits(DispatchHook):
         slot is held here."""
         if not self._held:
             return None
-        now = time.monotonic()
+        now = self._now_ms()
         if now < self._next_look:
-            return max(1, int((self._next_look - now) * 1000))
+            return max(1, int(self._next_look - now))
         with self._lock:
             due = [h for h in self._held.values() if h.renew_at <= now]
             for h in due:
-                h.renew_at = now + h.lease_ms / 2000
+                h.renew_at = now + h.lease_ms / 2
             shortest = min(h.lease_ms for h in self._held.values()) if self._held else 4000
         for h in due:
             try:
@@ -236,9 +252,11 @@ class JobLimits(DispatchHook):
                     )
             except ChronoqError as e:  # the lease may expire: the limit is then loose
                 self._log.warning("%s: renewing the slot of %s failed (%s)", h.name, h.holder, e)
-        step = min(1.0, shortest / 4000)
+        # Look every quarter lease (at most every second): a renewal comes before
+        # 3/4 of the lease passed (as the invisibility keeper extends messages).
+        step = min(1000.0, shortest / 4)
         self._next_look = now + step
-        return max(1, int(step * 1000))
+        return max(1, int(step))
 
     def on_close(self) -> None:
         """The dispatcher left: give back the slots still held (runs the drain gave
@@ -268,7 +286,7 @@ class JobLimits(DispatchHook):
         self,
         run: Run,
         pace: _Pace,
-        now: float,
+        now_ms: float,
         base_ms: float,
         spacing_ms: float,
         what: str,
@@ -276,7 +294,6 @@ class JobLimits(DispatchHook):
     ) -> Decision:
         """Release ``run`` to come back after ``base_ms`` at the earliest, behind the
         job's runs refused here before (one per ``spacing_ms``), plus jitter."""
-        now_ms = now * 1000
         spacing_ms = min(MAX_SPACING_MS, max(MIN_SPACING_MS, spacing_ms))
         back = max(now_ms + base_ms, pace.next_back_ms)
         pace.next_back_ms = back + spacing_ms

@@ -22,6 +22,7 @@ from workers.hooks import DispatchHook
 from workers.limits import LIMIT_PREFIX, JobLimits, job_limits
 from workers.runs import Run
 from workers.settlement import Settlement
+from workers.testing import ChronoqKit
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -319,3 +320,21 @@ def test_a_cron_run_over_its_rate_limit_waits(app: Scheduler) -> None:
         )
     assert log.of("every_second") == []
     assert settled.of("limits.every_second", Settlement.DEAD) == 0
+
+
+def test_under_the_testing_kit_a_rate_limited_job_waits_in_manual_time(tmp_path: Path) -> None:
+    app = Scheduler(f"memory://{tmp_path.name}-kit")
+
+    @app.job(name="limits.kit", rate_limit="2/s")
+    def paced(n: int) -> None: ...
+
+    with ChronoqKit(app) as kit:
+        paced.schedule_many([((n,), {}) for n in range(6)])
+        kit.run_until_idle()
+        assert len(kit.ran) == 2  # the burst; the other 4 wait for the clock
+        assert len(kit.pending(paced)) == 4
+        kit.advance(seconds=5)  # permits come back every 0.5 s of the kit's clock
+        assert sorted(r.args[0] for r in kit.ran) == list(range(6))
+        assert {r.attempt for r in kit.ran} == {1}
+        assert kit.pending(paced) == []
+    app.close()
