@@ -5,7 +5,11 @@ The broker wires its parts and implements the adapter primitives (see
 of a :class:`~broker_adapter.embedded.core.BrokerCore` (which also documents the
 lock order); ``query``/``pending`` in
 :class:`~broker_adapter.embedded.query.MessageQuery`; consumers in
-:class:`~broker_adapter.embedded.group_registry.GroupRegistry`. Threads: callers
+:class:`~broker_adapter.embedded.group_registry.GroupRegistry`; the runtime calls
+in :mod:`~broker_adapter.embedded.moves` (reschedule),
+:mod:`~broker_adapter.embedded.prefix_abort` and
+:mod:`~broker_adapter.embedded.finder` (find_pending); rate limits and semaphores
+in memory (:mod:`broker_adapter.coordination`: a restart starts them afresh). Threads: callers
 (send, abort, query, pull), the :class:`~broker_adapter.embedded.firing.WheelThread`
 that fires due messages and keeps house, and the base's thread serving
 ``send_async`` and ``send_oneway`` in batches. Key layout:
@@ -26,12 +30,16 @@ from broker_adapter.base import (
     Consumer,
     dead_letter_topic,
 )
-from broker_adapter.checks import check_positive_settings
+from broker_adapter.checks import NewDue, check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
+from broker_adapter.coordination import LeaseSemaphores, RateBuckets
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.core import BrokerCore
+from broker_adapter.embedded.finder import PendingFinder
 from broker_adapter.embedded.firing import WheelThread
 from broker_adapter.embedded.group_registry import GroupRegistry
+from broker_adapter.embedded.moves import Rescheduler
+from broker_adapter.embedded.prefix_abort import abort_prefix
 from broker_adapter.embedded.query import MessageQuery
 from broker_adapter.embedded.records import encode
 from broker_adapter.embedded.retention import Retention
@@ -42,6 +50,9 @@ from broker_adapter.results import (
     AbortStatus,
     BrokerStats,
     MessageView,
+    PendingPage,
+    PrefixAbortResult,
+    RescheduleResult,
     SendResult,
     SendStatus,
     TopicStats,
@@ -89,9 +100,8 @@ class EmbeddedBroker(AdapterBase):
             retention_ms=retention_ms,
             fire_chunk=fire_chunk,
         )
-        core = self._core = BrokerCore(
-            path, clock or SystemClock(), durability=durability, window_ms=window_ms
-        )
+        clock = clock or SystemClock()
+        core = self._core = BrokerCore(path, clock, durability=durability, window_ms=window_ms)
         self.path = core.store.path
         # The key index as the send path uses it (handle for writes, family for reads);
         # dropped on close, as it keeps the DB open.
@@ -101,6 +111,10 @@ class EmbeddedBroker(AdapterBase):
         self.retention_ms = retention_ms
         self._groups = GroupRegistry(core, self.check_open)
         self._queries = MessageQuery(core, self._groups)
+        self._rescheduler = Rescheduler(core, max_delay_ms, max_body_bytes)
+        self._finder = PendingFinder(core, self._queries)
+        self._rates = RateBuckets(clock)
+        self._slots = LeaseSemaphores(clock)
         retention = Retention(core, self._groups, retention_ms)
         self._wheel_thread = WheelThread(
             core, self._groups, retention, fire_chunk, f"chronoq-wheel:{self.path.name}"
@@ -192,10 +206,10 @@ class EmbeddedBroker(AdapterBase):
                     asked = m.deliver_at_ms if m.deliver_at_ms is not None else due
                     if dup is None:
                         old = keys_cf.get(index)
-                        if old is not None and self._key_taken(old, asked):
-                            old_key = old[:16]
+                        taken = None if old is None else self._key_taken(old, asked)
+                        if taken is not None:
                             dup = SendResult(
-                                _DUP, (old_key[2:] + prefix[tid]).hex(), K.wheel_time(old_key)
+                                _DUP, (old[2:16] + prefix[tid]).hex(), K.wheel_time(taken)
                             )
                     if dup is not None:
                         results.append(SendResult(_DUP, dup.msg_id, dup.deliver_at_ms))
@@ -222,17 +236,20 @@ class EmbeddedBroker(AdapterBase):
             core.wake_if_before(min(dues))
         return results
 
-    def _key_taken(self, entry: bytes, asked: int) -> bool:
-        """Whether the key index ``entry`` (wheel key + requested due ms) makes a new
-        send with that key, asked for ``asked`` ms, a duplicate: its message is
-        pending, or it fired (not aborted) and was asked for the same ms. The
-        requested time counts, not the clamped one, so re-sending an occurrence
-        whose time has passed is still recognised."""
-        old = entry[:16]
-        aborted = self._core.store.cf[K.CF_ABORTED]
-        if old >= self._core.fired_upto:  # not fired yet: pending unless aborted (no wheel read)
-            return aborted.get(old) is None
-        return int(K.U64.unpack_from(entry, 16)[0]) == asked and aborted.get(old) is None
+    def _key_taken(self, entry: bytes, asked: int) -> bytes | None:
+        """The current wheel key of the message of the key index ``entry`` (first wheel
+        key + requested due ms) when it makes a new send with that key, asked for
+        ``asked`` ms, a duplicate: its message is pending, or it fired (not aborted)
+        and was asked for the same ms; else ``None``. The requested time counts, not
+        the clamped one (nor a reschedule's), so re-sending an occurrence whose time
+        has passed is still recognised."""
+        core = self._core
+        old = core.locate(entry[:16])
+        aborted = core.store.cf[K.CF_ABORTED]
+        if old >= core.fired_upto:  # not fired yet: pending unless aborted (no wheel read)
+            return old if aborted.get(old) is None else None
+        same = int(K.U64.unpack_from(entry, 16)[0]) == asked
+        return old if same and aborted.get(old) is None else None
 
     # -- aborting and reading -----------------------------------------------------------
 
@@ -245,7 +262,7 @@ class EmbeddedBroker(AdapterBase):
                 raw = K.parse_id(msg_id)
                 if raw is None or K.id_tid(raw) not in core.topic_names:
                     return AbortResult(AbortStatus.NOT_FOUND, msg_id)
-                wkey = K.id_wheel_key(raw)
+                wkey = core.locate(K.id_wheel_key(raw))
             else:
                 assert key is not None and topic is not None
                 tid = core.topic_ids.get(topic)
@@ -256,8 +273,8 @@ class EmbeddedBroker(AdapterBase):
                 )
                 if tid is None or found is None:
                     return AbortResult(AbortStatus.NOT_FOUND, None)
-                wkey = found[:16]
-                raw = K.make_id(wkey, tid)
+                raw = K.make_id(found[:16], tid)
+                wkey = core.locate(found[:16])
                 msg_id = raw.hex()
             record = store.cf[K.CF_WHEEL].get(wkey)
             if record is None:
@@ -280,6 +297,48 @@ class EmbeddedBroker(AdapterBase):
     ) -> list[MessageView]:
         """See :meth:`BrokerAdapter.pending`."""
         return self._queries.pending(topic, start_ms, end_ms, limit)
+
+    def _reschedule(
+        self,
+        msg_id: str | None,
+        key: str | None,
+        topic: str | None,
+        due: NewDue,
+        body: bytes | None,
+    ) -> RescheduleResult:
+        """See :meth:`BrokerAdapter.reschedule` and :mod:`~broker_adapter.embedded.moves`."""
+        return self._rescheduler.reschedule(msg_id, key, topic, due, body)
+
+    def _abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
+        """See :meth:`BrokerAdapter.abort_prefix` and
+        :mod:`~broker_adapter.embedded.prefix_abort`."""
+        return abort_prefix(self._core, topic, key_prefix)
+
+    def _find_pending(
+        self,
+        topic: str | None,
+        key_prefix: str | None,
+        tag: str | None,
+        start_ms: int | None,
+        end_ms: int | None,
+        limit: int,
+        cursor: str | None,
+        with_body: bool,
+    ) -> PendingPage:
+        """See :meth:`BrokerAdapter.find_pending` and :mod:`~broker_adapter.embedded.finder`."""
+        return self._finder.find(topic, key_prefix, tag, start_ms, end_ms, limit, cursor, with_body)
+
+    def _acquire_rate(self, bucket: str, limit: int, period_ms: int) -> int:
+        """See :meth:`BrokerAdapter.acquire_rate` (in memory: a restart refills buckets)."""
+        return self._rates.acquire(bucket, limit, period_ms)
+
+    def _acquire_slot(self, name: str, limit: int, holder: str, lease_ms: int) -> bool:
+        """See :meth:`BrokerAdapter.acquire_slot` (in memory: a restart frees slots)."""
+        return self._slots.acquire(name, limit, holder, lease_ms)
+
+    def _release_slot(self, name: str, holder: str) -> bool:
+        """See :meth:`BrokerAdapter.release_slot`."""
+        return self._slots.release(name, holder)
 
     def _stats(self) -> BrokerStats:
         """See :meth:`BrokerAdapter.stats`."""

@@ -245,14 +245,45 @@ class BrokerCore:
     def abort_pending(self, wkey: bytes, tid: int, record: bytes) -> None:
         """Replace the pending wheel entry ``wkey`` of topic ``tid`` (holding ``record``)
         with an abort tombstone, in one write."""
+        self.abort_many(((wkey, tid, record),))
+
+    def abort_many(self, entries: Sequence[Entry]) -> None:
+        """Replace pending wheel entries (read under :attr:`lock`, still held) with abort
+        tombstones, all in one write."""
+        if not entries:
+            return
         store = self._store
         with self._lock:
             batch = store.batch()
-            batch.delete(wkey, self._h_wheel)
-            batch.put(wkey, K.U64.pack(self.now()) + record, store.handle[K.CF_ABORTED])
-            self._count(batch, {tid: -1})
+            h_wheel, h_aborted = self._h_wheel, store.handle[K.CF_ABORTED]
+            stamp = K.U64.pack(self.now())
+            counts: dict[int, int] = {}
+            for wkey, tid, record in entries:
+                batch.delete(wkey, h_wheel)
+                batch.put(wkey, stamp + record, h_aborted)
+                counts[tid] = counts.get(tid, 0) - 1
+            self._count(batch, counts)
             store.write(batch)
-            self._wheel.cancel(wkey)
+            for wkey, _tid, _record in entries:
+                self._wheel.cancel(wkey)
+
+    def locate(self, first: bytes) -> bytes:
+        """The current wheel key of the message first scheduled at ``first`` (see
+        :mod:`~broker_adapter.embedded.keys`: ``first`` unless it was rescheduled); under
+        :attr:`lock` for an answer no reschedule is changing."""
+        return self._store.cf[K.CF_MOVES].get(first) or first
+
+    def move_pending(self, batch: Any, old: bytes, entry: Entry) -> None:
+        """Move a pending message from wheel key ``old`` to ``entry`` (a new wheel key from
+        :meth:`next_seq`, same topic): delete, put and whatever ``batch`` holds (the
+        move's record in ``moves``) in one write, then the same in the near window, so
+        the wheel thread fires it at the new time only (lock held since ``old`` was
+        read)."""
+        batch.delete(old, self._h_wheel)
+        batch.put(entry[0], entry[2], self._h_wheel)
+        self._store.write(batch)
+        self._wheel.cancel(old)
+        self._wheel.schedule(*entry)
 
     # -- firing ------------------------------------------------------------------------
 

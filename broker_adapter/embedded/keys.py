@@ -9,7 +9,11 @@ Column families and their keys::
                                                     with that business key, and the due time
                                                     its sender asked for (before clamping to now);
                                                     dropped with its message by retention
-    aborted  time(8) seq(8)                      -> abort ms(8) tombstone of an aborted message
+    aborted  time(8) seq(8)                      -> abort ms(8) + record: tombstone of an aborted
+                                                    message (at the wheel key it was aborted from)
+    moves    first wheel key(16)                 -> current wheel key(16): where a rescheduled
+                                                    message is; kept while it is pending, fired or
+                                                    aborted, dropped with its message by retention
     consume  gid(2) msg id(16)                   -> group note  a group's retry/dead state of a message
     meta     b"T" name                           -> tid(2)      topic registry
              b"G" name                           -> gid(2) + JSON list of subscribed topics
@@ -24,8 +28,15 @@ is ``tid`` + the wheel key the message fired from; retries and dead letters get
 new wheel keys in the topics ``%RETRY%<group>`` and ``%DLQ%<group>``.
 
 A message id is 16 bytes, shown as 32 hex digits: ``time(6) seq(8) tid(2)`` of
-the message's first send. It locates the message without an index: its wheel
-key while pending, its ready key once fired.
+the message's first send, i.e. its *first wheel key* and topic. A message that was
+never rescheduled is found from its id alone: its wheel key while pending, a
+tombstone at that key once aborted, its ready key once fired. A reschedule moves
+the message to a new wheel key (new time, new seq) and records the move in
+``moves``; from then on every lookup by id or key goes through ``moves`` first
+(:meth:`~broker_adapter.embedded.core.BrokerCore.locate`): the *current* wheel key
+is where it waits, where its tombstone is and what its ready key holds. The
+``keys`` family keeps pointing at the first wheel key and the due time the first
+send asked for, so re-sending that occurrence stays a duplicate after a move.
 """
 
 from __future__ import annotations
@@ -38,7 +49,8 @@ CF_KEYS = "keys"
 CF_ABORTED = "aborted"
 CF_CONSUME = "consume"
 CF_META = "meta"
-COLUMN_FAMILIES = (CF_WHEEL, CF_READY, CF_KEYS, CF_ABORTED, CF_CONSUME, CF_META)
+CF_MOVES = "moves"
+COLUMN_FAMILIES = (CF_WHEEL, CF_READY, CF_KEYS, CF_ABORTED, CF_CONSUME, CF_META, CF_MOVES)
 
 META_TOPIC = b"T"
 META_GROUP = b"G"
@@ -100,6 +112,13 @@ def id_wheel_key(raw_id: bytes) -> bytes:
 def id_tid(raw_id: bytes) -> int:
     """The topic id a message was first sent to."""
     return int(U16.unpack_from(raw_id, 14)[0])
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with ``prefix`` (non-empty,
+    not all ``0xff``; a UTF-8 key after a topic id never is)."""
+    stripped = prefix.rstrip(b"\xff")
+    return stripped[:-1] + bytes((stripped[-1] + 1,))
 
 
 def parse_id(msg_id: object) -> bytes | None:

@@ -1,7 +1,8 @@
 """MessageQuery: read-only views of messages in the embedded broker.
 
-A message id locates the message without an index (see ``keys``): its wheel key
-while pending, a tombstone once aborted, its ready key once fired. Each group's
+A message id locates the message (see ``keys``): its current wheel key (the id's,
+or where ``moves`` says a reschedule put it) holds it while pending, a tombstone
+once aborted, its ready key once fired. Each group's
 state of a fired message comes from the group's cursor and in-flight set, or
 from the group's note in ``consume`` once it was retried or dead-lettered.
 """
@@ -12,7 +13,7 @@ from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.group_registry import GroupRegistry
 from broker_adapter.embedded.groups import ConsumerGroup
-from broker_adapter.embedded.records import Record
+from broker_adapter.embedded.records import Record, record_id
 from broker_adapter.errors import DecodeError
 from broker_adapter.results import MessageState, MessageView, overall_state
 
@@ -30,7 +31,12 @@ class MessageQuery:
         self._store = core.store
 
     def _view(
-        self, msg_id: str, record: bytes, state: MessageState, **extra: object
+        self,
+        msg_id: str,
+        record: bytes,
+        state: MessageState,
+        extra: dict[str, object] | None = None,
+        with_body: bool = False,
     ) -> MessageView:
         rec = Record(record)
         fields: dict[str, object] = {
@@ -44,7 +50,9 @@ class MessageQuery:
             "tags": rec.tags,
             "body_size": len(rec.body),
         }
-        fields.update(extra)
+        if with_body:
+            fields["body"] = rec.body
+        fields.update(extra or {})
         return MessageView(**fields)  # type: ignore[arg-type]
 
     def view(self, msg_id: str) -> MessageView | None:
@@ -54,10 +62,10 @@ class MessageQuery:
         if raw is None or K.id_tid(raw) not in core.topic_names:
             return None
         cf = self._store.cf
-        wkey = K.id_wheel_key(raw)
         tid = K.id_tid(raw)
         try:
             with core.lock:
+                wkey = core.locate(K.id_wheel_key(raw))
                 record = cf[K.CF_WHEEL].get(wkey)
                 if record is not None:
                     return self._view(msg_id, record, MessageState.PENDING)
@@ -70,6 +78,15 @@ class MessageQuery:
             return self._fired_view(msg_id, raw, tid, wkey, fired)
         except DecodeError:
             return None
+
+    def found_view(self, record: bytes, with_body: bool) -> MessageView:
+        """The view ``find_pending`` gives of the pending first send in ``record`` (with
+        its body if asked).
+
+        :raises DecodeError: for a record that does not decode.
+        """
+        msg_id = record_id(record).hex()
+        return self._view(msg_id, record, MessageState.PENDING, with_body=with_body)
 
     def _fired_view(
         self, msg_id: str, raw: bytes, tid: int, wkey: bytes, record: bytes
@@ -89,7 +106,7 @@ class MessageQuery:
         extra: dict[str, object] = {"groups": groups, "attempts": attempts, "error": error}
         if deliver_at is not None and state is MessageState.PENDING:
             extra["deliver_at_ms"] = deliver_at
-        return self._view(msg_id, record, state, **extra)
+        return self._view(msg_id, record, state, extra)
 
     def _group_state(
         self, group: ConsumerGroup, raw: bytes, tid: int, wkey: bytes

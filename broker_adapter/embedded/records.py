@@ -21,6 +21,8 @@ VERSION = 1
 _HEAD = struct.Struct(">BBHHQQ16sHHI")
 HEAD_SIZE = _HEAD.size
 _ATTEMPTS = struct.Struct(">H")
+_LENS = struct.Struct(">HHI")  # key_len, tags_len, props_len
+_LENS_AT = HEAD_SIZE - _LENS.size
 
 
 def encode(
@@ -61,6 +63,34 @@ def with_topic_and_attempts(record: bytes, tid: int, attempts: int, deliver_at: 
     head = bytearray(record[:HEAD_SIZE])
     struct.pack_into(">HHQ", head, 2, tid, attempts, deliver_at)
     return bytes(head) + record[HEAD_SIZE:]
+
+
+def with_due_and_body(record: bytes, deliver_at: int, body: bytes | None) -> bytes:
+    """A copy of ``record`` due at ``deliver_at``, with ``body`` instead of its own if
+    given (topic, attempts, id, key, tags and properties kept)."""
+    head = bytearray(record[:HEAD_SIZE])
+    struct.pack_into(">Q", head, 6, deliver_at)
+    if body is None:
+        return bytes(head) + record[HEAD_SIZE:]
+    return b"".join((head, record[HEAD_SIZE : HEAD_SIZE + _fields_len(record)], body))
+
+
+def props_size(record: bytes) -> int:
+    """Bytes of the properties in ``record`` (what counts with a body against the max size)."""
+    return int(_LENS.unpack_from(record, _LENS_AT)[2])
+
+
+def key_and_tags(record: bytes) -> tuple[bytes, bytes]:
+    """The key and tags of ``record`` as stored (UTF-8, empty when absent), without
+    decoding the rest."""
+    klen, tlen, _plen = _LENS.unpack_from(record, _LENS_AT)
+    key_end = HEAD_SIZE + klen
+    return record[HEAD_SIZE:key_end], record[key_end : key_end + tlen]
+
+
+def _fields_len(record: bytes) -> int:
+    klen, tlen, plen = _LENS.unpack_from(record, _LENS_AT)
+    return int(klen + tlen + plen)
 
 
 def delivery_fields(

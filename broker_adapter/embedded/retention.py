@@ -4,7 +4,8 @@ Past ``retention_ms`` of broker time it drops fired messages that every group
 subscribed to their topic has passed (the ``ready`` family), abort tombstones
 whose due time passed (``aborted``), and with both the business-key entries
 (``keys``) that still point at them, so a keyed workload (an order timeout
-keyed by order id) does not grow the key index for ever. A key entry that a
+keyed by order id) does not grow the key index for ever, and the ``moves`` entry
+of a message that was rescheduled. A key entry that a
 later send with the same key took over points elsewhere and stays. A group's
 retry or dead-letter note (``consume``) goes with the retry or dead-letter copy
 it points at.
@@ -21,7 +22,7 @@ from typing import Any
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.group_registry import GroupRegistry
-from broker_adapter.embedded.records import HEAD_SIZE, record_id
+from broker_adapter.embedded.records import HEAD_SIZE, record_id, record_tid
 
 #: Records looked at per call (the wheel thread fires due messages between calls).
 TRIM_CHUNK = 5_000
@@ -106,15 +107,18 @@ class Retention:
 
     def _forget_key(self, batch: Any, record: bytes, wkey: bytes) -> None:
         """Delete the key entry of the message in ``record`` (stored at ``wkey``) if it
-        still points at that message. A retry's record names the first send's key entry
-        through its message id."""
+        still points at that message, and its ``moves`` entry if it was rescheduled. A
+        retry's or dead letter's record (in another topic) leaves both to the first
+        send's record."""
+        raw = record_id(record)
+        if record_tid(record) != K.id_tid(raw):
+            return  # a retry's copy: the first send's record decides
+        first_wkey = K.id_wheel_key(raw)
+        if wkey != first_wkey:  # rescheduled: it fired or was aborted at wkey
+            batch.delete(first_wkey, self._store.handle[K.CF_MOVES])
         klen = int.from_bytes(record[_KEY_LEN], "big")
         if not klen:
             return
-        raw = record_id(record)
-        first_wkey = b"\x00\x00" + raw[:14]  # the id is time(6) seq(8) tid(2)
-        if wkey != first_wkey:
-            return  # a retry's copy: the first send's record decides
         index = raw[14:16] + record[HEAD_SIZE : HEAD_SIZE + klen]
         entry = self._store.cf[K.CF_KEYS].get(index)
         if entry is not None and entry[:16] == first_wkey:
