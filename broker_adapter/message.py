@@ -37,7 +37,8 @@ MAX_DELAY_LEVEL = len(DELAY_LEVELS)
 TOPIC_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,127}")
 SYSTEM_TOPIC_PATTERN = re.compile(r"%(RETRY|DLQ)%[A-Za-z0-9_.\-]{1,127}")
 MAX_KEY_CHARS = 512
-MAX_TAGS_CHARS = 128
+#: Longest ``tags``: the scheduler tags each run with its job's name (up to 256 characters).
+MAX_TAGS_CHARS = 256
 _TIMING_FIELDS = ("delay_ms", "delay_sec", "delay_level", "deliver_at_ms")
 # Topic names already checked: most programs send to a handful of topics.
 _KNOWN_TOPICS: set[str] = set()

@@ -1,93 +1,49 @@
 """What an app asks its broker directly, sync and awaitable: ``pending``,
-``cancel`` and ``get``, each with an ``_async`` twin.
+``cancel``, ``cancel_all`` and ``get``, each with an ``_async`` twin.
 
 :class:`AppCalls` is the half of :class:`~scheduler.scheduler.Scheduler` that
-talks to the broker about runs rather than jobs; the Scheduler provides the two
-brokers it needs (:meth:`AppCalls.client_broker` for the sync forms, with the
-loop rule of :mod:`scheduler.loop_rule`; :meth:`AppCalls.async_broker` for the
-twins, see :mod:`scheduler.async_client`). A twin checks its arguments exactly
-as the sync form does, before anything is opened or sent.
+talks to the broker about runs rather than jobs (``pending`` comes from its base,
+:class:`~scheduler.app_pending.PendingCalls`); the Scheduler provides the two
+brokers it needs (``client_broker`` for the sync forms, with the loop rule of
+:mod:`scheduler.loop_rule`; ``async_broker`` for the twins, see
+:mod:`scheduler.async_client`), its topics and its job handles. A twin checks
+its arguments exactly as the sync form does, before anything is opened or sent.
+
+Runs of one order, across jobs
+------------------------------
+
+Keys such as ``order:42:remind`` and ``order:42:close`` group an order's timers,
+whatever their jobs::
+
+    app.pending(key_prefix="order:42:")       # its pending runs, lazily, by due time
+    app.cancel_all(key_prefix="order:42:")    # CancelAllResult(aborted=2, ...)
+
+Without ``topic=`` both cover every topic of the app's jobs (``app.topics()``).
 """
 
 from __future__ import annotations
 
 import abc
-from datetime import datetime
 
-from broker_adapter.async_base import AsyncBrokerAdapter
-from broker_adapter.base import BrokerAdapter
-from broker_adapter.checks import check_abort_args, check_pending_limit, is_int
-from broker_adapter.results import AbortStatus, MessageView
+from broker_adapter.checks import check_abort_args
+from broker_adapter.errors import UnknownTopic
+from broker_adapter.message import check_topic
+from broker_adapter.results import AbortStatus, MessageView, PrefixAbortResult
+from scheduler.app_pending import PendingCalls, TimeBound, check_app_prefix
+from scheduler.receipts import CancelAllResult
 from scheduler.settings import Settings
-from scheduler.timing import datetime_to_ms
-
-#: What ``start=``/``end=`` take: an aware datetime or epoch ms.
-TimeBound = datetime | int | None
 
 
-def _time_ms(name: str, value: TimeBound) -> int | None:
-    if value is None or isinstance(value, datetime):
-        return None if value is None else datetime_to_ms(value)
-    if not is_int(value):
-        raise TypeError(f"{name}= takes an aware datetime or epoch ms, got {value!r}")
-    return value
-
-
-def _pending_args(
-    start: TimeBound, end: TimeBound, limit: int
-) -> tuple[int | None, int | None, int]:
-    check_pending_limit(limit)
-    return _time_ms("start", start), _time_ms("end", end), limit
-
-
-class AppCalls(abc.ABC):
-    """``pending``, ``cancel``, ``get`` and their ``_async`` twins; see the module."""
+class AppCalls(PendingCalls):
+    """``pending``, ``cancel``, ``cancel_all``, ``get`` and their ``_async`` twins;
+    see the module."""
 
     @property
     @abc.abstractmethod
     def settings(self) -> Settings:
         """The app's settings (``settings.topic`` is the default topic of ``cancel``)."""
 
-    @abc.abstractmethod
-    def client_broker(self, call: str) -> BrokerAdapter:
-        """The broker for sync client call ``call``, after the loop rule.
-
-        :raises SyncCallInEventLoop: inside a running event loop on a network broker.
-        """
-
-    @abc.abstractmethod
-    async def async_broker(self) -> AsyncBrokerAdapter:
-        """The running event loop's async broker of this app."""
-
-    def pending(
-        self,
-        topic: str | None = None,
-        start: TimeBound = None,
-        end: TimeBound = None,
-        limit: int = 100,
-    ) -> list[MessageView]:
-        """Up to ``limit`` runs not yet due, in due-time order.
-
-        :param topic: only this topic; ``None`` for every topic of the broker.
-        :param start: only runs due at or after this (aware datetime or epoch ms).
-        :param end: only runs due before this (aware datetime or epoch ms).
-        :raises InvalidSchedule: for a naive datetime.
-        :raises InvalidArgument: for ``limit`` < 1.
-        :raises SyncCallInEventLoop: inside a running event loop on a network broker.
-        """
-        start_ms, end_ms, limit = _pending_args(start, end, limit)
-        return self.client_broker("app.pending").pending(topic, start_ms, end_ms, limit)
-
-    async def pending_async(
-        self,
-        topic: str | None = None,
-        start: TimeBound = None,
-        end: TimeBound = None,
-        limit: int = 100,
-    ) -> list[MessageView]:
-        """The awaitable :meth:`pending` (same arguments, checks and answer)."""
-        start_ms, end_ms, limit = _pending_args(start, end, limit)
-        return await (await self.async_broker()).pending(topic, start_ms, end_ms, limit)
+    # -- cancel ---------------------------------------------------------------------
 
     def cancel(
         self, *, msg_id: str | None = None, key: str | None = None, topic: str | None = None
@@ -118,6 +74,60 @@ class AppCalls(abc.ABC):
             topic = self.settings.topic
         check_abort_args(msg_id, key, topic)
         return topic
+
+    def cancel_all(self, *, key_prefix: str, topic: str | None = None) -> CancelAllResult:
+        """Cancel every pending run whose key starts with ``key_prefix``, in one call:
+        every timer of an order, whatever its job (``key_prefix="order:42:"``).
+
+        Covers ``topic``, or by default every topic of the app's jobs
+        (:meth:`topics`; one the broker never had a message on has nothing to
+        cancel). Each topic is done in bounded, atomic chunks (see
+        :meth:`BrokerAdapter.abort_prefix <broker_adapter.base.BrokerAdapter.abort_prefix>`);
+        the call as a whole is not atomic: a run scheduled under the prefix while it
+        runs may or may not be cancelled.
+
+        :returns: a :class:`~scheduler.receipts.CancelAllResult`: how many runs were
+            aborted (they will never run) and which keys' runs had already fired
+            (their jobs are queued, running or done: the order-timeout race of
+            :mod:`scheduler.handles`).
+        :raises InvalidArgument: for an empty or non-str prefix, or one that would
+            match cron occurrences (``cron:``).
+        :raises InvalidTopic: for a bad ``topic`` name.
+        :raises UnknownTopic: for a named ``topic`` the broker never had a message on.
+        :raises SyncCallInEventLoop: inside a running event loop on a network broker.
+        """
+        topics = self._prefix_topics(key_prefix, topic)
+        broker = self.client_broker("app.cancel_all")
+        results: list[PrefixAbortResult] = []
+        for name in topics:
+            try:
+                results.append(broker.abort_prefix(name, key_prefix))
+            except UnknownTopic:
+                if topic is not None:
+                    raise
+        return CancelAllResult.of(results, topics)
+
+    async def cancel_all_async(
+        self, *, key_prefix: str, topic: str | None = None
+    ) -> CancelAllResult:
+        """The awaitable :meth:`cancel_all` (same checks, same aborts, same answer)."""
+        topics = self._prefix_topics(key_prefix, topic)
+        broker = await self.async_broker()
+        results: list[PrefixAbortResult] = []
+        for name in topics:
+            try:
+                results.append(await broker.abort_prefix(name, key_prefix))
+            except UnknownTopic:
+                if topic is not None:
+                    raise
+        return CancelAllResult.of(results, topics)
+
+    def _prefix_topics(self, key_prefix: object, topic: str | None) -> tuple[str, ...]:
+        """The topics ``cancel_all`` covers, after checking its arguments."""
+        check_app_prefix(key_prefix)
+        if topic is not None:
+            return (check_topic(topic),)
+        return tuple(sorted(self.topics()))
 
     def get(self, msg_id: str) -> MessageView | None:
         """The broker's current view of run ``msg_id`` (of any job), or ``None``.

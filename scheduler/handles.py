@@ -43,13 +43,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar
 
 from broker_adapter.errors import InvalidArgument
 from broker_adapter.message import Message
-from broker_adapter.results import AbortStatus, MessageView, SendResult, SendStatus
+from broker_adapter.results import AbortStatus, MessageView, SendResult
 from scheduler.errors import InvalidSchedule
+from scheduler.receipts import ScheduledJob, receipt_class
+from scheduler.run_control import RunControl
 from scheduler.spec import CRON_KEY_PREFIX, CronSpec, JobSpec
 from scheduler.timing import TimingFields, resolve_timing
 from scheduler.wire import Positional, make_encoder, positional
@@ -59,36 +61,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class ScheduledJob(NamedTuple):
-    """The receipt of one ``schedule()``: which message, when, and whether it is new.
-
-    A named tuple (like :class:`~broker_adapter.results.SendResult`): immutable,
-    and cheap to build on the hot ``schedule()`` path.
-
-    :param msg_id: the broker's message id (the idempotency key downstream).
-    :param deliver_at_ms: when it is due, epoch ms.
-    :param key: the business key it was sent with, if any.
-    :param status: ``OK`` when stored now; ``DUPLICATE`` when a pending message
-        with the same key already existed (``msg_id``/``deliver_at_ms`` are then
-        that message's, and nothing new was stored).
-    """
-
-    msg_id: str
-    deliver_at_ms: int
-    key: str | None
-    status: SendStatus
-
-    @property
-    def deliver_at(self) -> datetime:
-        """When it is due, as an aware UTC datetime."""
-        return datetime.fromtimestamp(self.deliver_at_ms / 1000, UTC)
-
-    @property
-    def duplicate(self) -> bool:
-        """``True`` when the key was already taken and nothing new was stored."""
-        return self.status is SendStatus.DUPLICATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +98,11 @@ def _check_key(key: object) -> None:
         )
 
 
-class JobHandle(Generic[P, R]):
+class JobHandle(RunControl, Generic[P, R]):
     """A registered job: call it directly to run it now, in this process, or
-    :meth:`schedule` it to run later through the broker.
+    :meth:`schedule` it to run later through the broker; :meth:`cancel`,
+    :meth:`~scheduler.run_control.RunControl.reschedule` or
+    :meth:`~scheduler.run_control.RunControl.run_now` a scheduled run.
 
     Returned by ``@app.job`` and ``@app.cron``; :attr:`spec` is its
     :class:`~scheduler.spec.JobSpec`, :attr:`cron` its
@@ -149,6 +123,8 @@ class JobHandle(Generic[P, R]):
         self._encode = make_encoder(spec.name)
         self._tolerance = app.settings.past_tolerance_ms
         self._calls = _CallNames.of(spec.name)
+        # Receipts of this class act on their run through this handle (receipt.run_now()).
+        self._receipt = receipt_class(self)
         functools.update_wrapper(self, spec.func)
 
     @property
@@ -216,7 +192,7 @@ class JobHandle(Generic[P, R]):
         """
         message = self._message(args, kwargs, delay, at, delay_level, key)
         result = self.app.client_broker(self._calls.schedule).send(message)
-        return ScheduledJob(result.msg_id, result.deliver_at_ms, key, result.status)
+        return self._receipt(result.msg_id, result.deliver_at_ms, key, result.status)
 
     async def schedule_async(
         self,
@@ -236,7 +212,7 @@ class JobHandle(Generic[P, R]):
         """
         message = self._message(args, kwargs, delay, at, delay_level, key)
         result = await (await self.app.async_broker()).send(message)
-        return ScheduledJob(result.msg_id, result.deliver_at_ms, key, result.status)
+        return self._receipt(result.msg_id, result.deliver_at_ms, key, result.status)
 
     def _message(
         self,
@@ -251,7 +227,7 @@ class JobHandle(Generic[P, R]):
         if key is not None:
             _check_key(key)
         timing = self._timing(delay, at, delay_level)
-        return Message(self.topic, self._encode(args, kwargs), key, **timing)
+        return Message(self.topic, self._encode(args, kwargs), key, self.spec.name, **timing)
 
     def schedule_many(
         self,
@@ -287,7 +263,7 @@ class JobHandle(Generic[P, R]):
         if not messages:
             return []
         results = self.app.client_broker(self._calls.schedule_many).send_batch(messages)
-        return _receipts(results, keys)
+        return _receipts(self._receipt, results, keys)
 
     async def schedule_many_async(
         self,
@@ -308,13 +284,13 @@ class JobHandle(Generic[P, R]):
         if not messages:
             return []
         results = await (await self.app.async_broker()).send_batch(messages)
-        return _receipts(results, keys)
+        return _receipts(self._receipt, results, keys)
 
     def _messages(
         self, calls: Iterable[CallLike], default: Positional
     ) -> tuple[list[Message], list[str | None]]:
         """The messages of ``schedule_many``'s calls (checked), and their keys."""
-        topic, encode, prefix = self.topic, self._encode, CRON_KEY_PREFIX
+        topic, encode, prefix, name = self.topic, self._encode, CRON_KEY_PREFIX, self.spec.name
         messages: list[Message] = []
         keys: list[str | None] = []
         add_message, add_key = messages.append, keys.append
@@ -337,7 +313,7 @@ class JobHandle(Generic[P, R]):
                 )
             if type(key) is str and key.startswith(prefix):
                 _check_key(key)
-            add_message(Message(topic, encode(args, kwargs), key, *timing))
+            add_message(Message(topic, encode(args, kwargs), key, name, *timing))
             add_key(key)
         return messages, keys
 
@@ -407,9 +383,11 @@ class _CallNames(NamedTuple):
         return cls(*(f"{job}.{call}" for call in cls._fields))
 
 
-def _receipts(results: list[SendResult], keys: list[str | None]) -> list[ScheduledJob]:
-    """One :class:`ScheduledJob` per send result (built without NamedTuple's checks)."""
-    new, cls = tuple.__new__, ScheduledJob
+def _receipts(
+    cls: type[ScheduledJob], results: list[SendResult], keys: list[str | None]
+) -> list[ScheduledJob]:
+    """One ``cls`` receipt per send result (built without NamedTuple's checks)."""
+    new = tuple.__new__
     return [new(cls, (r[1], r[2], k, r[0])) for r, k in zip(results, keys, strict=True)]
 
 
