@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.mode == "rate":
         limit = RateLimit.parse(args.rate)
         per_s = limit.limit * 1000 / limit.period_ms
-        interval = limit.period_ms / limit.limit / 1000
+        interval = limit.interval_ms / 1000
         lo, hi = starts[0] + limit.limit * interval, starts[-1] - 1.0
         middle = [t for t in starts if lo <= t <= hi]
         achieved = len(middle) / (hi - lo) if hi > lo else float("nan")

@@ -56,6 +56,11 @@ class RateLimit:
         count = int(found.group(2) or 1)
         return cls(int(found.group(1)), count * _PERIODS_MS[found.group(3)[0]])
 
+    @property
+    def interval_ms(self) -> float:
+        """The steady spacing of permits once a burst is spent, ``period_ms / limit``."""
+        return self.period_ms / self.limit
+
     def __str__(self) -> str:
         for unit, ms in (("h", 3_600_000), ("m", 60_000), ("s", 1_000)):
             if self.period_ms % ms == 0:

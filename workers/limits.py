@@ -193,7 +193,7 @@ class JobLimits(DispatchHook):
                 return self._wait(run, pace, now, spacing, spacing, "max_running", max_running)
             held = _Held(name, max_running, holder, lease, now + lease / 2, now)
         if rate is not None:
-            interval = rate.period_ms / rate.limit
+            interval = rate.interval_ms
             wait_ms = pace.rate_until_ms - now
             if wait_ms <= 0:
                 try:

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from broker_adapter.results import ReceivedMessage
+from scheduler.errors import InvalidJobSpec
+from scheduler.limits import RateLimit
 from scheduler.scheduler import Scheduler
 from workers import Dispatcher, current_job
 from workers.hooks import DispatchHook
@@ -337,4 +339,34 @@ def test_under_the_testing_kit_a_rate_limited_job_waits_in_manual_time(tmp_path:
         assert sorted(r.args[0] for r in kit.ran) == list(range(6))
         assert {r.attempt for r in kit.ran} == {1}
         assert kit.pending(paced) == []
+    app.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "period_ms", "shown"),
+    [
+        ("100/s", 100, 1_000, "100/s"),
+        (" 30 / m ", 30, 60_000, "30/m"),
+        ("1000/hour", 1_000, 3_600_000, "1000/h"),
+        ("5/10s", 5, 10_000, "5/10s"),
+        ("7/90sec", 7, 90_000, "7/90s"),
+    ],
+)
+def test_rate_limit_texts(text: str, limit: int, period_ms: int, shown: str) -> None:
+    rate = RateLimit.parse(text)
+    assert (rate.limit, rate.period_ms, str(rate)) == (limit, period_ms, shown)
+    assert rate.interval_ms == period_ms / limit
+    assert RateLimit.parse(rate) is rate
+
+
+@pytest.mark.parametrize("bad", ["", "0/s", "10/0s", "10", "10/d", "-1/s", "ten/s", 10, 2.5])
+def test_a_bad_rate_limit_or_max_running_registers_nothing(tmp_path: Path, bad: object) -> None:
+    app = Scheduler(f"memory://{tmp_path.name}-bad")
+    with pytest.raises(InvalidJobSpec, match="rate_limit"):
+        app.job(name="limits.bad", rate_limit=bad)(lambda: None)  # type: ignore[call-overload]
+    wrong: tuple[Any, ...] = (0, -1, 1.5, "2", True)
+    for n in wrong:
+        with pytest.raises(InvalidJobSpec, match="max_running"):
+            app.job(name="limits.bad", max_running=n)(lambda: None)
+    assert app.registry.find("limits.bad") is None
     app.close()
