@@ -31,6 +31,8 @@ from scheduler.handles import Call, JobHandle, ScheduledJob
 from scheduler.jobcall import JobCall
 from scheduler.loop_rule import SyncCallInEventLoop
 from scheduler.misfire import MisfireDecision, latest_fire_times, resolve_misfires
+from scheduler.pending_runs import PendingRun
+from scheduler.receipts import CancelAllResult, RescheduleReceipt
 from scheduler.registry import JobRegistry
 from scheduler.runners import NoAppRunner
 from scheduler.scheduler import Scheduler
@@ -51,6 +53,7 @@ logging.getLogger("chronoq.scheduler").addHandler(logging.NullHandler())
 __all__ = [
     "EXECUTOR_KINDS",
     "Call",
+    "CancelAllResult",
     "CronPlanner",
     "CronSpec",
     "CronTrigger",
@@ -73,6 +76,8 @@ __all__ = [
     "MisfireDecision",
     "MisfirePolicy",
     "NoAppRunner",
+    "PendingRun",
+    "RescheduleReceipt",
     "RetryPolicy",
     "ScheduledJob",
     "Scheduler",
