@@ -209,6 +209,8 @@ class JobLimits(DispatchHook):
         if held is not None:
             with self._lock:
                 self._held[run] = held
+                # The next look may have been planned for longer leases than this one.
+                self._next_look = min(self._next_look, held.renew_at)
         return ""
 
     def after_run(self, run: Run) -> None:
