@@ -10,7 +10,9 @@ except that a message with a key always goes to the endpoint its ``(topic, key)`
 hashes to, so sends with a key stay idempotent (and a batch goes where its first
 key does). Message ids are then ``NODE:ID`` so aborts and queries find their
 endpoint; reads (``pending``, ``stats``) merge all endpoints. With one endpoint,
-ids are the server's own. Consumers: :mod:`~broker_adapter.server.consumer`.
+ids are the server's own. Consumers: :mod:`~broker_adapter.server.consumer`;
+the runtime calls (reschedule, prefix abort, find, rate limits, slots):
+:mod:`~broker_adapter.server.client_runtime`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from broker_adapter.results import (
     SendResult,
 )
 from broker_adapter.server import values as V
+from broker_adapter.server.client_runtime import RemoteRuntimeCalls
 from broker_adapter.server.consumer import RemoteConsumer
 from broker_adapter.server.endpoint import (
     CallbackRunner,
@@ -64,7 +67,7 @@ DEFAULT_SEND_TIMEOUT_MS = 3_000
 DEFAULT_RETRIES = 2
 
 
-class RemoteBroker(AdapterBase):
+class RemoteBroker(RemoteRuntimeCalls, AdapterBase):
     """A client of one or more broker servers.
 
     :param endpoints: ``"h1:p1,h2:p2"`` or a sequence of ``(host, port)``; ``(path, None)``

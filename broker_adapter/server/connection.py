@@ -6,7 +6,10 @@ order on the reader thread, consecutive ``send`` requests as one write batch
 (group commit: one WAL write for all, falling back to one by one if any is
 refused), and their answers go out in one write. A ``pull`` that finds nothing
 and may wait is parked on the server's pull pool and answers when it ends, so a
-long poll blocks neither this connection nor any other. At most
+long poll blocks neither this connection nor any other. A request that may run
+long (:data:`SLOW_OPS`: an ``abort_prefix`` over millions of keys) runs on the
+server's slow pool the same way, so the connection's later requests are answered
+meanwhile (other connections have readers of their own). At most
 ``max_inflight`` requests of a connection wait parked; past that the reader runs
 and reads nothing more until one is answered (TCP then pushes back on the
 client). A malformed frame closes this connection only.
@@ -34,6 +37,8 @@ log = logging.getLogger("chronoq.broker_adapter.Connection")
 log.addHandler(logging.NullHandler())
 
 HELLO_TIMEOUT_S = 10.0
+#: Operations run off the reader thread, on the server's slow pool.
+SLOW_OPS = frozenset({"abort_prefix"})
 
 
 class Connection:
@@ -56,7 +61,8 @@ class Connection:
         self._wlock = threading.Lock()
         self._max_inflight = server.max_inflight
         self._processing = False  # running requests of the last chunk read
-        self._parked = 0  # long polls waiting on the pull pool
+        self._parked = 0  # long polls and slow requests waiting on a pool
+        self._slow = 0  # slow requests among them (a drain waits for these)
         self._busy_lock = threading.Condition(threading.Lock())
         self.closed = False
         self.thread = threading.Thread(
@@ -66,7 +72,7 @@ class Connection:
     @property
     def busy(self) -> bool:
         """Whether requests read are still being run (parked long polls aside)."""
-        return self._processing
+        return self._processing or self._slow > 0
 
     def add_consumer(self, consumer: Consumer) -> int:
         """Register a consumer opened by this connection; its id."""
@@ -171,6 +177,10 @@ class Connection:
                     self._wait_for_room()
                 if req.op == "pull":
                     answer = self._pull(handlers, req)
+                    if answer is not None:
+                        out.append(answer)
+                elif req.op in SLOW_OPS:
+                    answer = self._run_slow(handlers, req)
                     if answer is not None:
                         out.append(answer)
                 else:
@@ -282,6 +292,35 @@ class Connection:
         except RuntimeError:  # the pool is shut down: the server is stopping
             with self._busy_lock:
                 self._parked -= 1
+            return _frame(req.rid, (False, BrokerClosed("the broker server is stopping")))
+        return None
+
+    def _run_slow(self, handlers: Handlers, req: P.Request) -> bytes | None:
+        """Park a slow request on the server's slow pool (it answers itself) and return
+        ``None``; its answer now if the server is stopping."""
+
+        def run() -> None:
+            try:
+                self.write(_frame(req.rid, self.execute(handlers, req.op, req.args)))
+            except P.ProtocolError as e:  # its args were malformed: as on the reader
+                self.server.metrics.bad_frame()
+                log.warning("connection %d from %s: %s; closing it", self.id, self.peer, e)
+                self.close()
+            finally:
+                with self._busy_lock:
+                    self._parked -= 1
+                    self._slow -= 1
+                    self._busy_lock.notify()
+
+        with self._busy_lock:
+            self._parked += 1
+            self._slow += 1
+        try:
+            self.server.slow_pool.submit(run)
+        except RuntimeError:  # the pool is shut down: the server is stopping
+            with self._busy_lock:
+                self._parked -= 1
+                self._slow -= 1
             return _frame(req.rid, (False, BrokerClosed("the broker server is stopping")))
         return None
 

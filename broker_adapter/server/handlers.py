@@ -71,6 +71,12 @@ class Handlers:
             "extend": self.extend,
             "release": self.release,
             "consumer_close": self.consumer_close,
+            "reschedule": self.reschedule,
+            "abort_prefix": self.abort_prefix,
+            "find_pending": self.find_pending,
+            "acquire_rate": self.acquire_rate,
+            "acquire_slot": self.acquire_slot,
+            "release_slot": self.release_slot,
             "advance": self.advance,
         }
 
@@ -119,6 +125,59 @@ class Handlers:
                 n: [g.ready, g.inflight, g.dead, g.acked_total] for n, g in s.groups.items()
             },
         }
+
+    # -- runtime calls -----------------------------------------------------------------------
+
+    def reschedule(self, conn: Connection, args: dict[str, Any]) -> Any:
+        result = self.server.broker.reschedule(
+            arg(args, "id", str, True),
+            key=arg(args, "key", str, True),
+            topic=arg(args, "topic", str, True),
+            delay_ms=arg(args, "delay", int, True),
+            deliver_at_ms=arg(args, "at", int, True),
+            body=arg(args, "body", bytes, True),
+        )
+        self.server.metrics.rescheduled(result.status.value)
+        return V.encode_reschedule(result)
+
+    def abort_prefix(self, conn: Connection, args: dict[str, Any]) -> Any:
+        """Runs off the connection's reader (see ``Connection``): it may take long."""
+        result = self.server.broker.abort_prefix(arg(args, "topic", str), arg(args, "prefix", str))
+        self.server.metrics.prefix_aborted(result.aborted)
+        return V.encode_prefix_abort(result)
+
+    def find_pending(self, conn: Connection, args: dict[str, Any]) -> Any:
+        page = self.server.broker.find_pending(
+            arg(args, "topic", str, True),
+            key_prefix=arg(args, "prefix", str, True),
+            tag=arg(args, "tag", str, True),
+            start_ms=arg(args, "start", int, True),
+            end_ms=arg(args, "end", int, True),
+            limit=arg(args, "limit", int),
+            cursor=arg(args, "cursor", str, True),
+            with_body=bool(arg(args, "body", bool, True)),
+        )
+        return V.encode_page(page)
+
+    def acquire_rate(self, conn: Connection, args: dict[str, Any]) -> Any:
+        wait_ms = self.server.broker.acquire_rate(
+            arg(args, "bucket", str), arg(args, "limit", int), arg(args, "period", int)
+        )
+        self.server.metrics.rate_asked(wait_ms == 0)
+        return wait_ms
+
+    def acquire_slot(self, conn: Connection, args: dict[str, Any]) -> Any:
+        taken = self.server.broker.acquire_slot(
+            arg(args, "name", str),
+            arg(args, "limit", int),
+            arg(args, "holder", str),
+            arg(args, "lease", int),
+        )
+        self.server.metrics.slot_asked(taken)
+        return taken
+
+    def release_slot(self, conn: Connection, args: dict[str, Any]) -> Any:
+        return self.server.broker.release_slot(arg(args, "name", str), arg(args, "holder", str))
 
     # -- consumer side -----------------------------------------------------------------------
 

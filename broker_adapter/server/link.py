@@ -113,6 +113,7 @@ class Link:
         except (ConnectionFailed, AuthenticationFailed):
             self._abandon()
             raise
+        self.hello = hello
         self.info: dict[str, Any] = hello.info
         self.node: str = hello.node
         self.max_body: int = hello.max_body

@@ -5,7 +5,10 @@ Gauges read ``broker.stats()`` at scrape time: ``chronoq_pending{topic}``,
 and the counter ``chronoq_fired_total{topic}``. Counted as requests arrive:
 ``chronoq_requests_total{op}``, ``chronoq_sent_messages_total``,
 ``chronoq_aborts_total{status}``, ``chronoq_pulled_messages_total`` (their
-``rate()`` are the send, abort and pull rates), ``chronoq_bad_frames_total``,
+``rate()`` are the send, abort and pull rates), ``chronoq_reschedules_total{status}``,
+``chronoq_prefix_aborted_messages_total`` (messages aborted by ``abort_prefix``),
+``chronoq_rate_permits_total{outcome}`` and ``chronoq_slot_acquires_total{outcome}``
+(``taken`` or ``refused``), ``chronoq_bad_frames_total``,
 ``chronoq_auth_failures_total``, ``chronoq_refused_connections_total``.
 ``chronoq_fire_lateness_seconds`` is a histogram of, for each first delivery,
 the server's wall time when a consumer received it minus its due time (so it
@@ -65,6 +68,18 @@ class ServerMetrics:
         self._pulled = pc.Counter(
             "chronoq_pulled_messages", "Messages handed to consumers", registry=reg
         )
+        self._reschedules = pc.Counter(
+            "chronoq_reschedules", "Reschedule requests by outcome", ["status"], registry=reg
+        )
+        self._prefix_aborted = pc.Counter(
+            "chronoq_prefix_aborted_messages", "Messages aborted by abort_prefix", registry=reg
+        )
+        self._permits = pc.Counter(
+            "chronoq_rate_permits", "Rate permits asked for, by outcome", ["outcome"], registry=reg
+        )
+        self._slots = pc.Counter(
+            "chronoq_slot_acquires", "Slot acquires by outcome", ["outcome"], registry=reg
+        )
         self._lateness = pc.Histogram(
             "chronoq_fire_lateness_seconds",
             "First delivery time minus due time",
@@ -106,6 +121,26 @@ class ServerMetrics:
         """Count one abort by outcome."""
         if self._on:
             self._aborts.labels(status).inc()
+
+    def rescheduled(self, status: str) -> None:
+        """Count one reschedule by outcome."""
+        if self._on:
+            self._reschedules.labels(status).inc()
+
+    def prefix_aborted(self, n: int) -> None:
+        """Count ``n`` messages aborted by one ``abort_prefix``."""
+        if self._on:
+            self._prefix_aborted.inc(n)
+
+    def rate_asked(self, taken: bool) -> None:
+        """Count one ``acquire_rate``: a permit taken or a wait answered."""
+        if self._on:
+            self._permits.labels("taken" if taken else "refused").inc()
+
+    def slot_asked(self, taken: bool) -> None:
+        """Count one ``acquire_slot``: a slot taken (or renewed) or all held."""
+        if self._on:
+            self._slots.labels("taken" if taken else "refused").inc()
 
     def pulled(self, messages: Sequence[ReceivedMessage], now_ms: float) -> None:
         """Count pulled messages and observe the lateness of first deliveries."""

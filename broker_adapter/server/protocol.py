@@ -39,11 +39,30 @@ Operations (``args`` -> ``result``)
     ``advance`` {ms | to_ms} -> now_ms, ``reset`` {start_ms} -> None (empties the
     data directory).
 
+    Runtime calls (added later in version 1; see *Compatibility*): ``reschedule``
+    {id | key, topic, delay | at, body} -> [status, id, due]; ``abort_prefix``
+    {topic, prefix} -> [aborted, [key], already_delivered_count]; ``find_pending``
+    {topic, prefix, tag, start, end, limit, cursor, body} -> [[view], cursor];
+    ``acquire_rate`` {bucket, limit, period} -> ms to wait (0: taken);
+    ``acquire_slot`` {name, limit, holder, lease} -> bool; ``release_slot`` {name,
+    holder} -> bool. ``abort_prefix`` may run long: the server runs it off the
+    connection's reader, so later requests of the same connection are answered
+    meanwhile (out of order, by ``rid``).
+
     A message ``m`` is ``[topic, body, key, tags, props, delay_ms, delay_sec,
     delay_level, deliver_at_ms]``; a send result ``r`` is ``[ok, id, due]`` (``ok``
     is 1 for OK, 0 for DUPLICATE); a received message ``rm`` is ``[id, topic, body,
     due, born, attempts, receipt, key, tags, props]``; a view is ``[id, topic,
-    state, due, born, attempts, key, tags, body_size, groups, error]``.
+    state, due, born, attempts, key, tags, body_size, groups, error]``, plus
+    ``body`` as a 12th field in the answers of ``find_pending`` with ``body`` true.
+
+Compatibility
+    Operations are only ever added within a version. ``hello`` answers the server's
+    operations as ``ops`` (a server that does not list them knows :data:`BASE_OPS`),
+    and a client checks an operation against that list before sending it: an older
+    server would close the connection on an operation it does not know, so the
+    client raises :class:`~broker_adapter.server.session.ServerTooOld` (naming what
+    to upgrade) instead of sending. A newer server answers an older client as before.
 """
 
 from __future__ import annotations
@@ -66,8 +85,8 @@ REQUEST, RESPONSE = 0, 1
 OK, ERROR = 0, 1
 _MAX_RID = 1 << 63
 
-#: Operations the server knows; anything else is a malformed frame.
-OPS = frozenset(
+#: The operations of the first version-1 servers (those whose hello lists no ``ops``).
+BASE_OPS = frozenset(
     {
         "hello",
         "send",
@@ -90,6 +109,19 @@ OPS = frozenset(
         "reset",
     }
 )
+#: The runtime calls (reschedule, prefix abort, find, rate limits and slots).
+RUNTIME_OPS = frozenset(
+    {
+        "reschedule",
+        "abort_prefix",
+        "find_pending",
+        "acquire_rate",
+        "acquire_slot",
+        "release_slot",
+    }
+)
+#: Operations the server knows; anything else is a malformed frame.
+OPS = BASE_OPS | RUNTIME_OPS
 
 
 class ProtocolError(DecodeError):
@@ -317,7 +349,10 @@ def decode_error(payload: Any) -> ChronoqError:
 
 
 __all__ = [
+    "BASE_OPS",
     "MAX_FRAME",
+    "OPS",
+    "RUNTIME_OPS",
     "VERSION",
     "FrameTooLarge",
     "ProtocolError",

@@ -17,10 +17,28 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from broker_adapter.message import Message
-from broker_adapter.results import AbortStatus, BrokerStats, GroupStats, MessageView, TopicStats
+from broker_adapter.results import (
+    MAX_REPORTED_KEYS,
+    AbortStatus,
+    BrokerStats,
+    GroupStats,
+    MessageView,
+    PrefixAbortResult,
+    RescheduleStatus,
+    TopicStats,
+)
 
 #: Which abort answer wins when several endpoints were asked (lowest first).
 ABORT_RANK = {AbortStatus.ABORTED: 0, AbortStatus.ALREADY_DELIVERED: 1, AbortStatus.NOT_FOUND: 2}
+#: Which reschedule answer wins when several endpoints were asked (lowest first).
+RESCHEDULE_RANK = {
+    RescheduleStatus.RESCHEDULED: 0,
+    RescheduleStatus.ALREADY_DELIVERED: 1,
+    RescheduleStatus.NOT_FOUND: 2,
+}
+#: The "topics" rate buckets and semaphores hash under, to pick the one endpoint that
+#: keeps each (its state is that server's, so every client must ask the same one).
+RATE_SPACE, SLOT_SPACE = "%RATE%", "%SLOT%"
 #: Length of a server's node id, the prefix of a multi-endpoint message id.
 NODE_CHARS = 8
 
@@ -74,12 +92,29 @@ def merge_pending(views: list[MessageView], limit: int, several: bool) -> list[M
     return views[:limit]
 
 
+def merge_prefix_aborts(answers: Iterable[PrefixAbortResult]) -> PrefixAbortResult:
+    """Several endpoints' ``abort_prefix`` answers as one: counts summed, the keys
+    already delivered merged in key order (the first :data:`MAX_REPORTED_KEYS`)."""
+    aborted = count = 0
+    keys: list[str] = []
+    for r in answers:
+        aborted += r.aborted
+        count += r.already_delivered_count
+        keys.extend(r.already_delivered)
+    keys.sort()
+    return PrefixAbortResult(aborted, tuple(keys[:MAX_REPORTED_KEYS]), count)
+
+
 __all__ = [
     "ABORT_RANK",
     "NODE_CHARS",
+    "RATE_SPACE",
+    "RESCHEDULE_RANK",
+    "SLOT_SPACE",
     "fixed_index",
     "key_index",
     "merge_pending",
+    "merge_prefix_aborts",
     "merge_stats",
     "split_node_id",
 ]

@@ -51,6 +51,8 @@ log.addHandler(logging.NullHandler())
 DEFAULT_PORT = 7420
 DEFAULT_MAX_CONNECTIONS = 256
 DEFAULT_MAX_INFLIGHT = 128
+#: Threads running slow requests (``abort_prefix``) at once, all connections together.
+SLOW_THREADS = 4
 NODE_FILE = "chronoq-node-id"
 
 
@@ -121,6 +123,11 @@ class BrokerServer:
         self.pull_pool = ThreadPoolExecutor(
             max_workers=max(64, max_connections * 2), thread_name_prefix="chronoq-pull"
         )
+        # Requests that may run long (connection.SLOW_OPS); few at once: each works in
+        # chunks that take the broker's locks, so more threads would only queue there.
+        self.slow_pool = ThreadPoolExecutor(
+            max_workers=SLOW_THREADS, thread_name_prefix="chronoq-slow"
+        )
         self._conns: set[Connection] = set()
         self._orphans: list[Consumer] = []
         self._lock = threading.Lock()
@@ -167,6 +174,7 @@ class BrokerServer:
             "max_frame": self.max_frame,
             "manual_clock": self.manual_clock is not None,
             "pid": os.getpid(),
+            "ops": sorted(P.OPS),
         }
 
     # -- running -------------------------------------------------------------------------------
@@ -334,6 +342,7 @@ class BrokerServer:
             time.sleep(0.01)
         self.broker.close()  # wakes parked pulls (they answer BrokerClosed)
         self.pull_pool.shutdown(wait=True, cancel_futures=True)
+        self.slow_pool.shutdown(wait=True, cancel_futures=True)
         for c in conns:
             c.close()
         for c in conns:

@@ -12,11 +12,34 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from broker_adapter.errors import AuthenticationFailed, ConnectionFailed, InvalidArgument
+from broker_adapter.errors import (
+    AuthenticationFailed,
+    BrokerError,
+    ConnectionFailed,
+    InvalidArgument,
+)
 from broker_adapter.server import protocol as P
 
 #: The server's body limit when its hello answer does not say (servers before the field).
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
+
+
+class ServerTooOld(BrokerError):
+    """The server predates an operation this client needs; nothing was sent.
+
+    :param address: the server's address.
+    :param op: the operation it does not know.
+    """
+
+    def __init__(self, address: str, op: str) -> None:
+        self.url = address
+        self.op = op
+        super().__init__(
+            f"the broker server at {address} does not know the operation {op!r} (it runs "
+            "an older chronoq); upgrade chronoq where it runs (`chronoq broker serve`, or the "
+            "process that owns a shared rocksdb:// directory) to this client's version, "
+            "then restart it"
+        )
 
 
 class ServerHello(NamedTuple):
@@ -30,6 +53,17 @@ class ServerHello(NamedTuple):
     max_frame: int
     #: The whole answer (``v``, ``manual_clock``, ...).
     info: dict[str, Any]
+    #: The operations it knows (:data:`~broker_adapter.server.protocol.BASE_OPS` when
+    #: its answer does not list them).
+    ops: frozenset[str] = P.BASE_OPS
+
+    def require(self, op: str, address: str) -> None:
+        """Refuse, before sending, an operation this server does not know.
+
+        :raises ServerTooOld: when it is not among :attr:`ops`.
+        """
+        if op not in self.ops:
+            raise ServerTooOld(address, op)
 
 
 def hello_request(token: str | None) -> bytes:
@@ -51,11 +85,13 @@ def read_hello(payload: bytes, address: str) -> ServerHello:
             raise error
         raise ConnectionFailed(f"{address} refused the connection: {error}")
     info = resp.result if isinstance(resp.result, dict) else {}
+    ops = info.get("ops")
     return ServerHello(
         node=str(info.get("node", "")),
         max_body=int(info.get("max_body", DEFAULT_MAX_BODY)),
         max_frame=int(info.get("max_frame", P.MAX_FRAME)),
         info=info,
+        ops=frozenset(str(o) for o in ops) if isinstance(ops, list) else P.BASE_OPS,
     )
 
 
@@ -71,4 +107,11 @@ def check_request_size(data: bytes, max_frame: int) -> None:
         )
 
 
-__all__ = ["DEFAULT_MAX_BODY", "ServerHello", "check_request_size", "hello_request", "read_hello"]
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "ServerHello",
+    "ServerTooOld",
+    "check_request_size",
+    "hello_request",
+    "read_hello",
+]

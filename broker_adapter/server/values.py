@@ -5,7 +5,10 @@ A message ``m`` is ``[topic, body, key, tags, props, delay_ms, delay_sec, delay_
 deliver_at_ms]``; a send result ``r`` is ``[ok, id, due]`` (``ok`` is 1 for OK, 0 for
 DUPLICATE), a batch's results ``[ids, dues, positions of DUPLICATEs]``; a received
 message ``rm`` is ``[id, topic, body, due, born, attempts, receipt, key, tags, props]``;
-a view is ``[id, topic, state, due, born, attempts, key, tags, body_size, groups, error]``.
+a view is ``[id, topic, state, due, born, attempts, key, tags, body_size, groups, error]``
+(plus ``body`` when the view carries one: ``find_pending`` with bodies). Runtime calls:
+a reschedule result is ``[status, id, due]``, a prefix abort's ``[aborted, keys,
+already_delivered_count]``, a ``find_pending`` page ``[[view], cursor]``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,11 @@ from broker_adapter.results import (
     NO_PROPERTIES,
     MessageState,
     MessageView,
+    PendingPage,
+    PrefixAbortResult,
     ReceivedMessage,
+    RescheduleResult,
+    RescheduleStatus,
     SendResult,
     SendStatus,
 )
@@ -136,8 +143,8 @@ def decode_received(
 
 
 def encode_view(v: MessageView) -> list[Any]:
-    """The wire form of a message view."""
-    return [
+    """The wire form of a message view (its body as a 12th field when it has one)."""
+    out: list[Any] = [
         v.msg_id,
         v.topic,
         v.state.value,
@@ -150,6 +157,9 @@ def encode_view(v: MessageView) -> list[Any]:
         {g: s.value for g, s in v.groups.items()},
         v.error,
     ]
+    if v.body is not None:
+        out.append(v.body)
+    return out
 
 
 def decode_view(v: list[Any], id_prefix: str = "") -> MessageView:
@@ -167,18 +177,71 @@ def decode_view(v: list[Any], id_prefix: str = "") -> MessageView:
         v[8],
         groups,
         v[10],
+        v[11] if len(v) > 11 else None,
     )
+
+
+def encode_reschedule(r: RescheduleResult) -> list[Any]:
+    """The wire form of a reschedule result."""
+    return [r.status.value, r.msg_id, r.deliver_at_ms]
+
+
+def decode_reschedule(v: Any, id_prefix: str = "") -> RescheduleResult:
+    """A :class:`RescheduleResult` from its wire form (``id_prefix`` tags a found id).
+
+    :raises ProtocolError: for a wrong shape.
+    """
+    if type(v) is not list or len(v) != 3:
+        raise ProtocolError("a reschedule result is [status, id, due]")
+    msg_id = None if v[1] is None else id_prefix + v[1]
+    return RescheduleResult(RescheduleStatus(v[0]), msg_id, v[2])
+
+
+def encode_prefix_abort(r: PrefixAbortResult) -> list[Any]:
+    """The wire form of an ``abort_prefix`` result."""
+    return [r.aborted, list(r.already_delivered), r.already_delivered_count]
+
+
+def decode_prefix_abort(v: Any) -> PrefixAbortResult:
+    """A :class:`PrefixAbortResult` from its wire form.
+
+    :raises ProtocolError: for a wrong shape.
+    """
+    if type(v) is not list or len(v) != 3 or type(v[1]) is not list:
+        raise ProtocolError("a prefix abort result is [aborted, keys, count]")
+    return PrefixAbortResult(v[0], tuple(v[1]), v[2])
+
+
+def encode_page(p: PendingPage) -> list[Any]:
+    """The wire form of a ``find_pending`` page."""
+    return [[encode_view(v) for v in p.messages], p.cursor]
+
+
+def decode_page(v: Any, id_prefix: str = "") -> PendingPage:
+    """A :class:`PendingPage` from its wire form (``id_prefix`` tags every id).
+
+    :raises ProtocolError: for a wrong shape.
+    """
+    if type(v) is not list or len(v) != 2 or type(v[0]) is not list:
+        raise ProtocolError("a find_pending page is [[view], cursor]")
+    return PendingPage([decode_view(m, id_prefix) for m in v[0]], v[1])
 
 
 __all__ = [
     "decode_message",
     "decode_messages",
+    "decode_page",
+    "decode_prefix_abort",
     "decode_received",
+    "decode_reschedule",
     "decode_result",
     "decode_results",
     "decode_view",
     "encode_message",
+    "encode_page",
+    "encode_prefix_abort",
     "encode_received",
+    "encode_reschedule",
     "encode_result",
     "encode_results",
     "encode_view",

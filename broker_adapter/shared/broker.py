@@ -27,8 +27,17 @@ What a caller sees while that happens:
   durable (RocksDB's WAL); a retried send **with a key** is safe: keyed sends
   are idempotent, so a second one answers ``DUPLICATE`` with the first id if the
   first was stored. A send without a key may then be stored twice.
-* Reads (``query``, ``pending``, ``stats``) and ``abort`` (idempotent: a second
-  abort answers ``ABORTED`` again) are retried once on the new owner instead.
+* Reads (``query``, ``pending``, ``stats``, ``find_pending``: a page's cursor stays
+  valid on the new owner) and ``abort`` (idempotent: a second abort answers
+  ``ABORTED`` again) are retried once on the new owner instead. So are the other
+  runtime calls, each idempotent or harmless to repeat: ``abort_prefix`` (the
+  repeat aborts what the first did not reach, and counts only that),
+  ``reschedule`` (the same move again: ``RESCHEDULED``, or ``ALREADY_DELIVERED``
+  if the new time passed meanwhile and the message fired), and the rate limits and
+  slots, whose state lives in the owner's memory: a new owner starts every bucket
+  full and every semaphore empty, as a restart does, so a repeated
+  ``acquire_rate``/``acquire_slot`` takes from the fresh state and a repeated
+  ``release_slot`` answers ``False``.
 * A consumer keeps pulling from the new owner. Messages it pulled from the old
   one cannot be settled any more (``ack`` answers ``False``): they are delivered
   again (at-least-once; the message id is the idempotency key downstream). A
@@ -61,7 +70,6 @@ options: :mod:`broker_adapter.shared.options`.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
 import logging
 import os
@@ -88,6 +96,8 @@ from broker_adapter.shared.options import (
     ms_option,
     share_enabled,
 )
+from broker_adapter.shared.roles import Attachment, OwnerLost, Role
+from broker_adapter.shared.runtime_calls import SharedRuntimeCalls
 from broker_adapter.shared.watch import OwnerWatch, say_hello
 from broker_adapter.urls import split_url
 
@@ -102,42 +112,7 @@ CLIENT_SEND_TIMEOUT_MS = 30_000
 _T = TypeVar("_T")
 
 
-class Role(enum.Enum):
-    """What a process is to a shared directory."""
-
-    OWNER = "owner"
-    CLIENT = "client"
-
-
-class OwnerLost(ConnectionFailed):
-    """The directory's owner went away while a call was in flight; its outcome is unknown.
-
-    :param path: the data directory.
-    :param pid: the owner that went away.
-    :param op: the call (``send``, ``send_batch``).
-    :param now: who serves the directory now, in words.
-    """
-
-    def __init__(self, path: Path, pid: int, op: str, now: str) -> None:
-        self.path, self.pid, self.op = path, pid, op
-        super().__init__(
-            f"the owner of {path} (pid {pid}) went away while this {op} was in flight, so "
-            f"whether it was stored is unknown; {now}. Retry it: with a key a retried send is "
-            "safe (a stored one answers DUPLICATE), without one it may be stored twice"
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class Attachment:
-    """One period of this process's role: the broker calls go to, and who owns."""
-
-    generation: int
-    role: Role
-    broker: BrokerAdapter
-    owner_pid: int
-
-
-class SharedBroker(AdapterBase):
+class SharedBroker(SharedRuntimeCalls, AdapterBase):
     """The adapter of ``rocksdb://DIR`` when sharing is on (the default); see the module
     docstring for the roles, the handover and what a caller sees.
 
