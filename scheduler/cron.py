@@ -1,34 +1,48 @@
-"""The :class:`CronPlanner`: one pending message per cron occurrence, armed ahead.
+"""The :class:`CronPlanner`: one pending message per schedule occurrence, armed ahead.
 
-Each occurrence of cron job ``name`` due at ``fire_ms`` is one message:
+It plans both kinds of schedule alike, through a :class:`~scheduler.plan.Plan`
+(the message format is described there): the ``@app.cron``/``@app.every`` jobs of
+the registry, and the stored schedules of ``app.schedules``
+(:mod:`scheduler.schedules`), whose definitions live in the broker
+(:mod:`scheduler.schedule_store`). Triggers are cron expressions or intervals
+(:data:`~scheduler.interval.Trigger`).
 
-* topic ``spec.topic_or(settings.topic)``, body ``JobCall(name).encode()``;
-* key ``cron:<name>:<fire_ms>`` (:func:`~scheduler.spec.cron_key`);
-* ``deliver_at_ms = fire_ms + jitter``, where the jitter (``0`` unless the cron
-  sets one) is derived from the key, so every scheduler picks the same time.
+Why arming is idempotent: the broker stores at most one pending message per key
+(``cron:<name>:<fire_ms>``), and also refuses a key whose last message already
+fired at the very same due millisecond. So arming an occurrence twice, from two
+:class:`Scheduler` objects, two processes sharing a broker, or a restarted
+process, stores it once and fires it once.
 
-Why this is idempotent: the broker stores at most one pending message per key,
-and also refuses a key whose last message already fired at the very same due
-millisecond. So arming an occurrence twice, from two :class:`Scheduler` objects,
-two processes sharing a broker server, or a restarted process, stores it once
-and fires it once (the broker compares the due time asked for, so even a late
-re-send of a past occurrence, e.g. from a machine whose clock lags, is refused).
+The life of a schedule:
 
-The life of a cron job:
-
-1. :meth:`CronPlanner.arm_all` at start-up arms each job's next occurrence after
-   now (a no-op for the ones already armed).
-2. When an occurrence's message is delivered, the dispatcher calls
-   :meth:`CronPlanner.on_fired` *before* running the job and acks after. The
-   planner arms the next occurrence after now and applies the misfire policy
+1. :meth:`CronPlanner.arm_all` at start-up (and every ``arm_interval_s`` in
+   ``chronoq run``) arms each schedule's next occurrence after now, except the
+   paused ones: it reads the stored state (one listing of the records), so a
+   paused decorator cron stays paused across restarts.
+2. When an occurrence is delivered, the dispatcher calls :meth:`CronPlanner.fire`
+   *before* running the job (and acks after). The planner checks the occurrence
+   against the schedule as stored now (see below), arms the next occurrence
+   after now and applies the misfire policy
    (:func:`~scheduler.misfire.resolve_misfires`) to the occurrences from the
-   delivered one up to now: run it if on time; if late (the process was down, or
-   the dispatcher fell behind), skip what is beyond ``misfire_grace_time`` and
-   coalesce the rest (``latest``, ``earliest`` or ``all``). It returns the
-   occurrence times to run now, usually ``[fire_ms]``.
+   delivered one up to now. It returns what to run (usually ``[fire_ms]``).
 3. Because the next occurrence is armed before the job runs, a crash mid-run
    loses no future occurrence; the unacked message is delivered again (at least
-   once), and the repeated ``on_fired`` arms nothing new.
+   once), and the repeated ``fire`` arms nothing new.
+
+Checks at fire time (one ``query`` point lookup of the schedule's record per
+occurrence; the record is read and parsed again only when it changed):
+
+* a paused schedule's occurrence runs nothing and arms nothing;
+* a stored schedule's occurrence runs only if it is one the current definition
+  would arm (same topic, same body, a fire time of the current trigger within
+  its window); otherwise it was armed from an earlier version and is dropped,
+  and the current version's next occurrence is armed (idempotent);
+* a removed schedule's occurrence (the message says it belongs to a stored
+  schedule) runs nothing.
+
+Hence the guarantees of ``app.schedules`` (see :mod:`scheduler.schedules`): a
+change takes effect from the next occurrence, with no dispatcher restart; an
+occurrence already being run when the change is made finishes as it was.
 
 With ``jitter``, lateness is measured from the latest possible jittered time:
 the grace is extended by the jitter, so a jittered run is never a misfire.
@@ -37,39 +51,53 @@ the grace is extended by the jitter, so a jittered run is never a misfire.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import logging
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker_adapter.errors import UnknownTopic
 from broker_adapter.message import Message
-from broker_adapter.results import SendResult, SendStatus
+from broker_adapter.results import AbortStatus, SendResult, SendStatus
 from scheduler.errors import JobNotFound
-from scheduler.jobcall import JobCall
 from scheduler.misfire import MAX_COUNTED, resolve_misfires
-from scheduler.spec import CronSpec, MisfirePolicy, cron_key, parse_cron_key
+from scheduler.plan import Plan, jitter_ms
+from scheduler.schedule_def import ScheduleDef
+from scheduler.schedule_store import ScheduleStore
+from scheduler.spec import CronSpec, JobSpec, cron_key, parse_cron_key
 
 if TYPE_CHECKING:
     from scheduler.scheduler import Scheduler
 
 _log = logging.getLogger("chronoq.scheduler.CronPlanner")
 
-#: Armed occurrences remembered per cron job (to bound catch-up; see ``on_fired``).
-_REMEMBERED = 64
+#: Armed occurrences remembered per schedule (to bound catch-up; see ``_fire_plan``).
+_REMEMBERED = 16
+#: Occurrences armed per ``send_batch`` (big batches stall the broker's wheel).
+_CHUNK = 500
+#: The reason a delivery runs nothing under the misfire policy.
+MISFIRE_SKIPPED = "misfire policy skipped it"
 
 
-def jitter_ms(key: str, jitter_s: float | None) -> int:
-    """The deterministic jitter of the occurrence with ``key``: ``0`` to the jitter
-    in whole ms, from a hash of the key (the same in every process)."""
-    if not jitter_s:
-        return 0
-    span = round(jitter_s * 1000) + 1
-    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % span
+@dataclass(frozen=True, slots=True)
+class Firing:
+    """What :meth:`CronPlanner.fire` decided for one delivered occurrence.
+
+    :param spec: the schedule to run (``None``: run nothing).
+    :param run: the occurrence times to run now (epoch ms, ascending).
+    :param reason: why nothing runs (``""`` when something does).
+    :param dead: whether the message should go to the dead-letter topic (its job
+        is unknown here) rather than be dropped quietly.
+    """
+
+    spec: CronSpec | None
+    run: tuple[int, ...] = ()
+    reason: str = ""
+    dead: bool = False
 
 
 class CronPlanner:
-    """Arms the occurrences of an app's cron jobs and decides misfires.
+    """Arms the occurrences of an app's schedules and decides what a delivery runs.
 
     Safe to use from several threads, and from several processes or
     :class:`~scheduler.scheduler.Scheduler` objects on one broker.
@@ -80,21 +108,44 @@ class CronPlanner:
     def __init__(self, app: Scheduler) -> None:
         self._app = app
         self._lock = threading.Lock()
-        # Occurrences this planner armed (or found armed), per cron name, ascending.
+        # Occurrences this planner armed (or found armed), per plan series, ascending.
         self._armed: dict[str, list[int]] = {}
-        self._policies: dict[str, MisfirePolicy] = {}
+        self._cron_plans: dict[str, tuple[CronSpec, Plan]] = {}
+        self._def_plans: dict[str, tuple[ScheduleDef, Plan]] = {}
+        self._def_specs: dict[str, tuple[Plan, JobSpec, CronSpec]] = {}
+        #: The stored schedules (and decorator schedules' paused state).
+        self.store = ScheduleStore(lambda: app.broker, lambda: app.clock.now_ms())
 
-    # -- messages ---------------------------------------------------------------------
+    # -- plans and messages -------------------------------------------------------------
+
+    def plan_of_cron(self, spec: CronSpec) -> Plan:
+        """The plan of a ``@app.cron``/``@app.every`` job (cached)."""
+        topic = spec.job.topic_or(self._app.settings.topic)
+        cached = self._cron_plans.get(spec.name)
+        if cached is not None and cached[0] is spec and cached[1].topic == topic:
+            return cached[1]
+        plan = Plan.of_cron(spec, topic)
+        self._cron_plans[spec.name] = (spec, plan)
+        return plan
+
+    def plan_of_def(self, d: ScheduleDef) -> Plan:
+        """The plan of a stored schedule (cached per definition).
+
+        :raises InvalidSchedule: for a definition that no longer parses.
+        """
+        cached = self._def_plans.get(d.name)
+        if cached is not None and (cached[0] is d or cached[0] == d):
+            return cached[1]
+        plan = Plan.of_def(d)
+        self._def_plans[d.name] = (d, plan)
+        with self._lock:  # forget what other versions armed
+            for series in [s for s in self._armed if s.partition("\x00")[0] == d.name]:
+                del self._armed[series]
+        return plan
 
     def message(self, spec: CronSpec, fire_ms: int) -> Message:
-        """The message of ``spec``'s occurrence at ``fire_ms`` (see the module docstring)."""
-        key = cron_key(spec.name, fire_ms)
-        return Message(
-            spec.job.topic_or(self._app.settings.topic),
-            JobCall(spec.name).encode(),
-            key,
-            deliver_at_ms=fire_ms + jitter_ms(key, spec.jitter),
-        )
+        """The message of cron job ``spec``'s occurrence at ``fire_ms``."""
+        return self.plan_of_cron(spec).message(fire_ms)
 
     def parse(self, key: str | None) -> tuple[str, int] | None:
         """``(name, fire_ms)`` when ``key`` is an occurrence key of a cron job
@@ -106,117 +157,207 @@ class CronPlanner:
             return None
         return parsed
 
-    def _send(self, occurrences: list[tuple[CronSpec, int]]) -> list[SendResult]:
-        """Arm ``occurrences`` in one batch and remember them; returns the results."""
-        if not occurrences:
-            return []
-        results = self._app.broker.send_batch([self.message(s, t) for s, t in occurrences])
-        with self._lock:
-            for (spec, fire_ms), result in zip(occurrences, results, strict=True):
-                armed = self._armed.setdefault(spec.name, [])
-                i = bisect.bisect_left(armed, fire_ms)
-                if i == len(armed) or armed[i] != fire_ms:
-                    armed.insert(i, fire_ms)
-                    del armed[:-_REMEMBERED]
-                _log.debug(
-                    "%s %s at %s (msg %s)",
-                    "armed" if result.status is SendStatus.OK else "already armed",
-                    spec.key(fire_ms),
-                    spec.trigger.local(fire_ms).isoformat(),
-                    result.msg_id,
-                )
+    # -- arming -------------------------------------------------------------------------
+
+    def _send(self, occurrences: list[tuple[Plan, int]]) -> list[SendResult]:
+        """Arm ``occurrences`` in batches and remember them; returns the results."""
+        results: list[SendResult] = []
+        broker = self._app.broker
+        for i in range(0, len(occurrences), _CHUNK):
+            chunk = occurrences[i : i + _CHUNK]
+            sent = broker.send_batch([plan.message(t) for plan, t in chunk])
+            results.extend(sent)
+            with self._lock:
+                for (plan, fire_ms), result in zip(chunk, sent, strict=True):
+                    armed = self._armed.setdefault(plan.series, [])
+                    j = bisect.bisect_left(armed, fire_ms)
+                    if j == len(armed) or armed[j] != fire_ms:
+                        armed.insert(j, fire_ms)
+                        del armed[:-_REMEMBERED]
+                    if _log.isEnabledFor(logging.DEBUG):
+                        _log.debug(
+                            "%s %s at %s (msg %s)",
+                            "armed" if result.status is SendStatus.OK else "already armed",
+                            plan.key(fire_ms),
+                            plan.trigger.local(fire_ms).isoformat(),
+                            result.msg_id,
+                        )
         return results
 
-    def _armed_after(self, name: str, fire_ms: int) -> int | None:
-        """The first occurrence after ``fire_ms`` this planner knows is armed."""
+    def arm(self, plan: Plan, now_ms: int | None = None) -> int | None:
+        """Arm ``plan``'s next occurrence after ``now_ms`` (idempotent); returns its
+        fire time, or ``None`` when the schedule has ended."""
+        now = self._app.clock.now_ms() if now_ms is None else now_ms
+        nxt = plan.next_after(now)
+        if nxt is not None:
+            self._send([(plan, nxt)])
+        return nxt
+
+    def disarm(self, name: str, topic: str) -> int:
+        """Abort every pending occurrence of schedule ``name`` on ``topic`` (only keys
+        of exactly that name: ``cron:a:`` is also a prefix of schedule ``a:b``'s keys);
+        returns how many were aborted."""
+        broker = self._app.broker
+        prefix = cron_key(name, 0)[:-1]
+        keys: list[str] = []
+        cursor: str | None = None
+        try:
+            while True:
+                page = broker.find_pending(topic, key_prefix=prefix, limit=500, cursor=cursor)
+                for view in page.messages:
+                    parsed = parse_cron_key(view.key or "")
+                    if parsed is not None and parsed[0] == name:
+                        keys.append(view.key or "")
+                cursor = page.cursor
+                if cursor is None:
+                    break
+        except UnknownTopic:
+            return 0
+        aborted = sum(broker.abort(key=k, topic=topic).status is AbortStatus.ABORTED for k in keys)
         with self._lock:
-            armed = self._armed.get(name, [])
-            i = bisect.bisect_right(armed, fire_ms)
-            return armed[i] if i < len(armed) else None
-
-    def _policy(self, spec: CronSpec) -> MisfirePolicy:
-        policy = self._policies.get(spec.name)
-        if policy is None:
-            policy = spec.misfire
-            if policy.grace_s is not None and spec.jitter:
-                policy = MisfirePolicy(
-                    policy.grace_s + spec.jitter, policy.coalesce, policy.max_catch_up
-                )
-            self._policies[spec.name] = policy
-        return policy
-
-    def _spec(self, name: str) -> CronSpec:
-        spec = self._app.registry.find_cron(name)
-        if spec is None:
-            raise JobNotFound(name, [c.name for c in self._app.registry.crons()])
-        return spec
-
-    # -- the two entry points ---------------------------------------------------------
+            for series in [s for s in self._armed if s.partition("\x00")[0] == name]:
+                del self._armed[series]
+        return aborted
 
     def arm_all(self, now_ms: int | None = None) -> int:
-        """Make sure every cron job's next occurrence after ``now_ms`` is armed.
-
-        One ``send_batch`` for all cron jobs. Idempotent: an occurrence already armed
-        (by this or any other scheduler on the broker) is not armed again.
+        """Make sure every schedule's next occurrence after ``now_ms`` is armed: the
+        registry's cron jobs (but the paused ones) and the stored schedules that
+        are not paused. Reads the stored records once (and keeps them from ever
+        falling due); arms in batches. Idempotent: an occurrence already armed (by
+        this or any other scheduler on the broker) is not armed again.
 
         :param now_ms: epoch ms; the app's clock by default.
         :returns: how many occurrences were newly armed.
         """
         now = self._app.clock.now_ms() if now_ms is None else now_ms
-        occurrences = [
-            (spec, spec.trigger.next_fire_ms(now)) for spec in self._app.registry.crons()
-        ]
-        results = self._send(occurrences)
-        return sum(r.status is SendStatus.OK for r in results)
+        stored = self.store.read_all()
+        records = {s.definition.name: s.definition for s in stored}
+        plans: list[Plan] = []
+        for spec in self._app.registry.crons():
+            record = records.pop(spec.name, None)
+            if record is None or record.source != "decorator" or not record.paused:
+                plans.append(self.plan_of_cron(spec))
+        for d in records.values():
+            if d.source == "data" and not d.paused:
+                plans.append(self.plan_of_def(d))
+        if stored:
+            self.store.keep_alive(stored)
+        occurrences = [(p, t) for p in plans if (t := p.next_after(now)) is not None]
+        return sum(r.status is SendStatus.OK for r in self._send(occurrences))
+
+    # -- firing -------------------------------------------------------------------------
+
+    def fire(
+        self, name: str, fire_ms: int, now_ms: int, *, topic: str, body: bytes, stored: bool
+    ) -> Firing | None:
+        """The occurrence ``fire_ms`` of schedule ``name`` was delivered at ``now_ms``:
+        check it against the schedule as stored now, arm the next occurrence and say
+        what to run (see the module docstring). Call it before running the job
+        (and ack after), once per delivery; calling it again arms nothing new.
+
+        :param topic: the message's topic.
+        :param body: the message's body.
+        :param stored: whether the message says it is a stored schedule's occurrence
+            (:data:`~scheduler.plan.SCHEDULE_PROPERTY`).
+        :returns: ``None`` when ``name`` is no schedule and the message is no stored
+            schedule's occurrence (a plain job's message with a ``cron:`` key).
+        """
+        cron = self._app.registry.find_cron(name)
+        if cron is not None:
+            record = self.store.current(name)
+            if record is not None and record.source == "decorator" and record.paused:
+                return Firing(None, reason="paused")
+            run = self._fire_plan(self.plan_of_cron(cron), fire_ms, now_ms)
+            return Firing(cron, run, "" if run else MISFIRE_SKIPPED)
+        if not stored:
+            return None
+        d = self.store.current(name)
+        if d is None or d.source != "data":
+            return Firing(None, reason="its schedule was removed")
+        if d.paused:
+            return Firing(None, reason=f"paused (version {d.version})")
+        plan = self.plan_of_def(d)
+        if not plan.matches(fire_ms, topic, body):
+            self.arm(plan, max(now_ms, fire_ms))
+            return Firing(None, reason=f"armed by an earlier version (now version {d.version})")
+        run = self._fire_plan(plan, fire_ms, now_ms)
+        job = self._app.registry.find(d.job)
+        if job is None:
+            why = f"unknown job: {JobNotFound(d.job, self._app.registry.names())}"
+            return Firing(None, reason=why, dead=True)
+        return Firing(self._spec_of(d, plan, job), run, "" if run else MISFIRE_SKIPPED)
+
+    def _spec_of(self, d: ScheduleDef, plan: Plan, job: JobSpec) -> CronSpec:
+        cached = self._def_specs.get(d.name)
+        if cached is not None and cached[0] is plan and cached[1] is job:
+            return cached[2]
+        spec = CronSpec(job, plan.trigger, d.misfire(), d.max_running, d.jitter_s, d.name)
+        self._def_specs[d.name] = (plan, job, spec)
+        return spec
 
     def on_fired(self, name: str, fire_ms: int, now_ms: int) -> list[int]:
-        """The occurrence ``fire_ms`` of cron job ``name`` was delivered at ``now_ms``:
-        arm the next occurrence and say which occurrences to run now.
-
-        Call it before running the job (and ack after), once per delivery; calling
-        it again for the same occurrence arms nothing new.
+        """The occurrence ``fire_ms`` of cron job ``name`` (``@app.cron``/``@app.every``)
+        was delivered at ``now_ms``: arm the next occurrence and say which
+        occurrences to run now (:meth:`fire` for a cron job, as a list).
 
         :returns: occurrence times (epoch ms, ascending) to run now: ``[fire_ms]``
             when on time; after a gap, what the misfire policy keeps of the
             occurrences from ``fire_ms`` up to ``now_ms`` (an occurrence this
             planner knows has its own message is left to that message); empty when
-            all of them are beyond grace (logged as skipped).
+            all of them are beyond grace (logged as skipped), or when it is paused.
         :raises JobNotFound: when no cron job has that name.
         """
-        spec = self._spec(name)
+        cron = self._app.registry.find_cron(name)
+        if cron is None:
+            raise JobNotFound(name, [c.name for c in self._app.registry.crons()])
+        plan = self.plan_of_cron(cron)
+        firing = self.fire(name, fire_ms, now_ms, topic=plan.topic, body=plan.body, stored=False)
+        return [] if firing is None else list(firing.run)
+
+    def _armed_after(self, series: str, fire_ms: int) -> int | None:
+        """The first occurrence after ``fire_ms`` this planner knows is armed."""
+        with self._lock:
+            armed = self._armed.get(series, [])
+            i = bisect.bisect_right(armed, fire_ms)
+            return armed[i] if i < len(armed) else None
+
+    def _fire_plan(self, plan: Plan, fire_ms: int, now_ms: int) -> tuple[int, ...]:
+        """Arm ``plan``'s next occurrence and apply its misfire policy."""
         now = max(now_ms, fire_ms)
-        self._send([(spec, spec.trigger.next_fire_ms(now))])
-        decision = resolve_misfires(spec.trigger, fire_ms - 1, now, self._policy(spec))
-        cap = self._armed_after(name, fire_ms)
-        run = [t for t in decision.run if cap is None or t < cap]
+        nxt = plan.next_after(now)
+        if nxt is not None:
+            self._send([(plan, nxt)])
+        decision = resolve_misfires(plan.trigger, fire_ms - 1, now, plan.policy)
+        cap = self._armed_after(plan.series, fire_ms)
+        run = tuple(t for t in decision.run if (cap is None or t < cap) and plan.in_window(t))
         if cap is not None and cap <= now:
             # A redelivery after later occurrences were armed: those run on their own.
-            due = spec.trigger.fire_times_between(fire_ms - 1, cap - 1, limit=MAX_COUNTED)
+            due = plan.trigger.fire_times_between(fire_ms - 1, cap - 1, limit=MAX_COUNTED)
             skipped = len(due) - len(run)
         else:
             skipped = decision.skipped
         if not run:
             _log.warning(
-                "cron %s: skipped occurrence %s, %d ms late (misfire_grace_time=%s s); "
+                "schedule %s: skipped occurrence %s, %d ms late (misfire_grace_time=%s s); "
                 "%d occurrence(s) not run",
-                name,
-                spec.trigger.local(fire_ms).isoformat(),
+                plan.name,
+                plan.trigger.local(fire_ms).isoformat(),
                 now - fire_ms,
-                spec.misfire.grace_s,
+                plan.misfire.grace_s,
                 skipped,
             )
         elif skipped:
             _log.info(
-                "cron %s: %d ms late; running %d missed occurrence(s), %d not run "
+                "schedule %s: %d ms late; running %d missed occurrence(s), %d not run "
                 "(coalesce=%s, misfire_grace_time=%s s)",
-                name,
+                plan.name,
                 now - fire_ms,
                 len(run),
                 skipped,
-                spec.misfire.coalesce,
-                spec.misfire.grace_s,
+                plan.misfire.coalesce,
+                plan.misfire.grace_s,
             )
         return run
 
 
-__all__ = ["CronPlanner", "jitter_ms"]
+__all__ = ["MISFIRE_SKIPPED", "CronPlanner", "Firing", "jitter_ms"]

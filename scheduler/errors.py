@@ -14,6 +14,8 @@ to do about it.
         ├── InvalidJobSpec (ValueError)         bad @job options (executor, max_attempts, ...)
         ├── InvalidSchedule (ValueError)        bad timing: naive datetime, past ``at``, combos
         │   └── InvalidCron                     bad cron expression or time zone
+        ├── ScheduleNotFound (LookupError)      no schedule (app.schedules) under a name
+        ├── DuplicateSchedule (ValueError)      a second schedule under a taken name
         ├── InvalidSettings (ValueError)        a bad Settings field or CHRONOQ_* variable
         └── UnserializableArgument (TypeError)  a job argument JSON cannot carry
 
@@ -99,6 +101,39 @@ class InvalidCron(InvalidSchedule):
         self.expr = expr
         self.tz = tz
         super().__init__(f"invalid cron {expr!r} (tz={tz!r}): {reason}")
+
+
+class ScheduleNotFound(SchedulerError, LookupError):
+    """No schedule (of ``app.schedules``, or cron/interval job) has ``name``.
+
+    :param name: the name that was looked up.
+    :param known: the names there are, used to suggest a close match.
+    """
+
+    def __init__(self, name: str, known: Iterable[str] = ()) -> None:
+        self.name = name
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        super().__init__(
+            f"no schedule named {name!r}{hint}; app.schedules.list() (or `chronoq schedules "
+            "list`) shows them, and app.schedules.add() creates one"
+        )
+
+
+class DuplicateSchedule(SchedulerError, ValueError):
+    """A schedule name that is already taken (by a stored schedule or a cron job).
+
+    :param name: the schedule name.
+    :param existing: what holds it, e.g. ``"a stored schedule"``.
+    """
+
+    def __init__(self, name: str, existing: str) -> None:
+        self.name = name
+        self.existing = existing
+        super().__init__(
+            f"a schedule named {name!r} already exists ({existing}); pick another name, or "
+            "change that one with app.schedules.update()"
+        )
 
 
 class InvalidSettings(SchedulerError, ValueError):

@@ -1,6 +1,7 @@
-"""Misfire handling: which missed cron occurrences to run when the scheduler catches up.
+"""Misfire handling: which missed occurrences to run when the scheduler catches up.
 
-A cron job keeps one pending message per occurrence. When nothing was running at
+A schedule (cron or interval, see :data:`~scheduler.interval.Trigger`) keeps one
+pending message per occurrence. When nothing was running at
 an occurrence's time (the process was down, or the broker fired late), the
 planner asks :func:`resolve_misfires` what to do, given the last occurrence that
 did fire and the current time:
@@ -21,8 +22,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from scheduler.interval import IntervalTrigger, Trigger
 from scheduler.spec import MisfirePolicy
-from scheduler.triggers import CronTrigger
 
 #: :attr:`MisfireDecision.skipped` counts up to this many; past it, it means "at least".
 MAX_COUNTED = 1000
@@ -45,16 +46,19 @@ class MisfireDecision:
     next_fire_ms: int
 
 
-def latest_fire_times(trigger: CronTrigger, after_ms: int, until_ms: int, n: int) -> list[int]:
+def latest_fire_times(trigger: Trigger, after_ms: int, until_ms: int, n: int) -> list[int]:
     """The latest ``n`` fire times ``t`` with ``after_ms < t <= until_ms``, ascending.
 
-    Searches backwards from ``until_ms`` in doubling windows, so a long gap costs
-    about ``log(gap)`` searches, not one per occurrence.
+    For a cron trigger, searches backwards from ``until_ms`` in doubling windows,
+    so a long gap costs about ``log(gap)`` searches, not one per occurrence; an
+    interval trigger computes them directly.
 
     :raises ValueError: for ``n`` < 1.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
+    if isinstance(trigger, IntervalTrigger):
+        return trigger.latest_fire_times(after_ms, until_ms, n)
     found: list[int] = []
     hi = until_ms
     span = _FIRST_SPAN_MS
@@ -74,14 +78,14 @@ def latest_fire_times(trigger: CronTrigger, after_ms: int, until_ms: int, n: int
 
 
 def resolve_misfires(
-    trigger: CronTrigger,
+    trigger: Trigger,
     last_fire_ms: int | None,
     now_ms: int,
     policy: MisfirePolicy,
 ) -> MisfireDecision:
     """Decide which missed occurrences of ``trigger`` to run at ``now_ms``.
 
-    :param trigger: the cron job's fire times.
+    :param trigger: the schedule's fire times.
     :param last_fire_ms: the last occurrence that fired (or was run); ``None`` for a
         job that never ran, which has nothing to catch up and starts after ``now_ms``.
     :param now_ms: the current time, epoch ms.

@@ -36,8 +36,8 @@ from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.errors import BrokerClosed
 from broker_adapter.urls import open_broker
 from scheduler.app_calls import AppCalls
+from scheduler.decorators import ScheduleDecorators, job_options
 from scheduler.errors import InvalidSettings
-from scheduler.executor_kinds import EXECUTOR_KINDS
 from scheduler.handles import JobHandle
 from scheduler.limits import RateLimit
 from scheduler.loop_rule import check_sync_call
@@ -45,19 +45,16 @@ from scheduler.registry import JobRegistry
 from scheduler.runners import app_runner
 from scheduler.settings import Settings
 from scheduler.spec import (
-    DEFAULT_MAX_CATCH_UP,
-    Coalesce,
     CronSpec,
     JobSpec,
-    MisfirePolicy,
     RetryPolicy,
     check_job_function,
 )
-from scheduler.triggers import CronTrigger
 
 if TYPE_CHECKING:
     from scheduler.async_client import AsyncClient
     from scheduler.cron import CronPlanner
+    from scheduler.schedules import Schedules
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -65,24 +62,7 @@ R = TypeVar("R")
 _log = logging.getLogger("chronoq.scheduler.Scheduler")
 
 
-def _job_options(
-    executor: str | None,
-    max_attempts: int,
-    timeout: float | timedelta | None,
-    topic: str | None,
-    queue: str | None,
-    retry: RetryPolicy | None,
-    rate_limit: str | RateLimit | None = None,
-) -> dict[str, Any]:
-    """The JobSpec options ``@app.job`` and ``@app.cron`` share."""
-    options: dict[str, Any] = {"executor": executor or "", "max_attempts": max_attempts}
-    options.update(timeout=timeout, topic=topic, queue=queue, rate_limit=rate_limit)
-    if retry is not None:
-        options["retry"] = retry
-    return options
-
-
-class Scheduler(AppCalls):
+class Scheduler(AppCalls, ScheduleDecorators):
     """Jobs, cron jobs and the broker they are sent through.
 
     Every client call has an awaitable twin (``schedule_async``, ``cancel_async``,
@@ -144,6 +124,7 @@ class Scheduler(AppCalls):
         from scheduler.cron import CronPlanner  # cron.py imports this module's names
 
         self._planner = CronPlanner(self)
+        self._schedules: Schedules | None = None
 
     # -- the brokers of client calls --------------------------------------------------
 
@@ -201,8 +182,20 @@ class Scheduler(AppCalls):
 
     @property
     def planner(self) -> CronPlanner:
-        """The :class:`~scheduler.cron.CronPlanner` that arms this app's cron jobs."""
+        """The :class:`~scheduler.cron.CronPlanner` that arms this app's schedules."""
         return self._planner
+
+    @property
+    def schedules(self) -> Schedules:
+        """The app's schedules at runtime (:class:`~scheduler.schedules.Schedules`):
+        ``add``/``update``/``pause``/``resume``/``remove``/``get``/``list``/``run_now``,
+        stored in the broker; the ``@app.cron``/``@app.every`` jobs are listed too."""
+        found = self._schedules
+        if found is None:
+            from scheduler.schedules import Schedules  # schedules.py imports this module's names
+
+            found = self._schedules = Schedules(self)
+        return found
 
     @property
     def broker(self) -> BrokerAdapter:
@@ -331,7 +324,7 @@ class Scheduler(AppCalls):
             if inspect.iscoroutine(func):
                 check_job_function(func)  # raises InvalidJobSpec: decorate the function
             raise TypeError(f"@app.job takes options by keyword, e.g. @app.job(name={func!r})")
-        options = _job_options(executor, max_attempts, timeout, topic, queue, retry, rate_limit)
+        options = job_options(executor, max_attempts, timeout, topic, queue, retry, rate_limit)
         options["max_running"] = max_running
 
         def decorate(fn: Callable[P, R]) -> JobHandle[P, R]:
@@ -339,64 +332,6 @@ class Scheduler(AppCalls):
             return self._add(spec, None)
 
         return decorate(func) if func is not None else decorate
-
-    def cron(
-        self,
-        expr: str,
-        /,
-        *,
-        tz: str = "UTC",
-        misfire_grace_time: float | timedelta | None = None,
-        coalesce: Coalesce = "latest",
-        max_catch_up: int = DEFAULT_MAX_CATCH_UP,
-        max_running: int = 1,
-        jitter: float | timedelta | None = None,
-        executor: str | None = None,
-        name: str | None = None,
-        topic: str | None = None,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout: float | timedelta | None = None,
-        queue: str | None = None,
-        retry: RetryPolicy | None = None,
-        rate_limit: str | RateLimit | None = None,
-    ) -> Callable[[Callable[P, R]], JobHandle[P, R]]:
-        """Register a cron job, run with no arguments at each fire time of ``expr``.
-
-        Each occurrence is one message keyed ``cron:<name>:<fire_ms>`` (see
-        :mod:`scheduler.cron`); DST rules are those of :mod:`scheduler.triggers`.
-
-        :param expr: five fields (``minute hour day month weekday``), six with
-            seconds first, or an alias such as ``@daily``.
-        :param tz: IANA time zone the expression is read in.
-        :param misfire_grace_time: how late (seconds or timedelta) an occurrence may
-            still run; ``None`` means no limit.
-        :param coalesce: of the missed occurrences within grace, run the
-            ``"latest"``, the ``"earliest"`` or ``"all"`` (at most ``max_catch_up``).
-        :param max_running: how many runs of it may overlap (enforced by the dispatcher).
-        :param jitter: delay each occurrence by up to this many seconds, the same
-            for every scheduler (derived from the occurrence's key).
-        :param executor: see :meth:`job`; the other options (``rate_limit`` too) are
-            :meth:`job`'s.
-        :raises InvalidCron: for a malformed expression or an unknown time zone.
-        :raises InvalidJobSpec: for an option that cannot work, or a function that
-            cannot be called without arguments.
-        :raises DuplicateJob: when another job already has the name.
-        """
-        trigger = CronTrigger(expr, tz)
-        misfire = MisfirePolicy(
-            grace_s=misfire_grace_time,  # type: ignore[arg-type]  # seconds() converts
-            coalesce=coalesce,
-            max_catch_up=max_catch_up,
-        )
-        options = _job_options(executor, max_attempts, timeout, topic, queue, retry, rate_limit)
-
-        def decorate(fn: Callable[P, R]) -> JobHandle[P, R]:
-            spec = JobSpec.for_function(fn, name, **options)
-            EXECUTOR_KINDS.get(spec.executor).check_cron_function(fn)
-            cron = CronSpec(spec, trigger, misfire, max_running, jitter)  # type: ignore[arg-type]
-            return self._add(spec, cron)
-
-        return decorate
 
     def _add(self, spec: JobSpec, cron: CronSpec | None) -> JobHandle[Any, Any]:
         if cron is not None:

@@ -19,6 +19,7 @@ from broker_adapter.checks import is_int
 from broker_adapter.message import MAX_KEY_CHARS, check_topic
 from scheduler.errors import InvalidJobSpec
 from scheduler.executor_kinds import EXECUTOR_KINDS, default_kind_for
+from scheduler.interval import IntervalTrigger, Trigger
 from scheduler.limits import RateLimit, check_max_running
 from scheduler.triggers import CronTrigger
 
@@ -272,27 +273,34 @@ class JobSpec:
 
 @dataclass(frozen=True, slots=True)
 class CronSpec:
-    """A cron job: which job fires, when, and what to do with late fires.
+    """A schedule the dispatcher runs: which job fires, when, and what to do with
+    late fires. A ``@app.cron``/``@app.every`` job has one, named after its job; a
+    schedule of :attr:`app.schedules <scheduler.Scheduler.schedules>` has one per
+    version of its definition, named after the schedule (``schedule``), since many
+    schedules may run one job.
 
-    :param job: the registered job it runs (called with no arguments).
-    :param trigger: its fire times.
+    :param job: the registered job it runs.
+    :param trigger: its fire times: a :class:`~scheduler.triggers.CronTrigger` or an
+        :class:`~scheduler.interval.IntervalTrigger`.
     :param misfire: the misfire policy.
     :param max_running: how many runs may overlap (>= 1).
     :param jitter: up to this many seconds of random delay per run; ``None`` for none.
+    :param schedule: the schedule's name when it is not the job's (``app.schedules``).
     :raises InvalidJobSpec: for a wrong type or a value out of range.
     """
 
     job: JobSpec
-    trigger: CronTrigger
+    trigger: Trigger
     misfire: MisfirePolicy = field(default_factory=MisfirePolicy)
     max_running: int = 1
     jitter: float | None = None
+    schedule: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.job, JobSpec):
             raise InvalidJobSpec("job", self.job, "give the JobSpec this cron runs")
-        if not isinstance(self.trigger, CronTrigger):
-            raise InvalidJobSpec("trigger", self.trigger, "give a CronTrigger")
+        if not isinstance(self.trigger, CronTrigger | IntervalTrigger):
+            raise InvalidJobSpec("trigger", self.trigger, "give a CronTrigger or IntervalTrigger")
         if not isinstance(self.misfire, MisfirePolicy):
             raise InvalidJobSpec("misfire", self.misfire, "give a MisfirePolicy")
         n = self.max_running
@@ -300,16 +308,18 @@ class CronSpec:
             raise InvalidJobSpec("max_running", n, "must be an int >= 1")
         if self.jitter is not None:
             object.__setattr__(self, "jitter", seconds("jitter", self.jitter, allow_zero=True))
+        if self.schedule is not None:
+            check_job_name(self.schedule)
 
     @property
     def name(self) -> str:
-        """The job's name."""
-        return self.job.name
+        """The schedule's name: the job's, unless it is a named schedule."""
+        return self.job.name if self.schedule is None else self.schedule
 
     def key(self, fire_ms: int) -> str:
         """The idempotent message key of the occurrence at ``fire_ms``:
         ``cron:<name>:<fire_ms>``."""
-        return cron_key(self.job.name, fire_ms)
+        return cron_key(self.name, fire_ms)
 
 
 CRON_KEY_PREFIX = "cron:"

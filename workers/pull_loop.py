@@ -4,7 +4,7 @@
 complete from then on (consumer, settler, hooks). Per pull it asks the hooks'
 ``tick``, waits for room (:class:`~workers.inflight.InFlight`), pulls, and per
 message decodes the :class:`~scheduler.jobcall.JobCall`, finds its spec, routes
-it (left to another dispatcher, a cron fire, or a job), asks the hooks to
+it (left to another dispatcher, a schedule's occurrence, or a job), asks the hooks to
 admit it and submits it to its executor. The outcome is settled in the thread
 that finishes the job (a done callback): success acks, a failure is settled as
 :class:`~workers.retry_decision.RetryDecider` decides.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import CancelledError, Future
 from functools import partial
 from typing import Any
@@ -25,6 +25,7 @@ from broker_adapter.errors import ChronoqError, DecodeError
 from broker_adapter.results import ReceivedMessage
 from scheduler.errors import JobNotFound
 from scheduler.jobcall import JobCall
+from scheduler.plan import SCHEDULE_PROPERTY
 from scheduler.spec import CRON_KEY_PREFIX, CronSpec, parse_cron_key
 from workers.context import JobContext, JobTimeout, reset_current, set_current
 from workers.cron_gate import CronGate
@@ -132,10 +133,7 @@ class PullLoop:
         key = m.key
         if key is not None and key.startswith(CRON_KEY_PREFIX):
             parsed = parse_cron_key(key)
-            cron = None if parsed is None else self._crons.find(parsed[0])
-            if parsed is not None and cron is not None:
-                if not self._left_to_others(m, cron.job.executor, cron.name):
-                    self._dispatch_cron(m, cron, parsed[1])
+            if parsed is not None and self._dispatch_occurrence(m, *parsed):
                 return
         try:
             call = JobCall.decode(m.body)
@@ -157,25 +155,46 @@ class PullLoop:
         self._flow.add(run)
         self._start(run, run.job)
 
-    def _dispatch_cron(self, m: ReceivedMessage, cron: CronSpec, fire_ms: int) -> None:
-        name = cron.name
+    def _dispatch_occurrence(self, m: ReceivedMessage, name: str, fire_ms: int) -> bool:
+        """Handle an occurrence of schedule ``name`` (a cron/interval job, or a stored
+        schedule: see :meth:`CronPlanner.fire <scheduler.cron.CronPlanner.fire>`);
+        ``False`` when the message is no schedule's (it is then a plain job's)."""
+        cron = self._crons.find(name)
+        stored = SCHEDULE_PROPERTY in m.properties
+        if cron is None and not stored:
+            return False
         try:
             call = JobCall.decode(m.body) if m.body else JobCall(name)
         except DecodeError as e:
-            self._dead_now(m, f"undecodable cron call: {e}")
-            return
+            self._dead_now(m, f"undecodable schedule call: {e}")
+            return True
+        job = cron.job if cron is not None else self._registry.find(call.name)
+        if job is not None and self._left_to_others(m, job.executor, name):
+            return True
         try:
-            due = list(self._planner.on_fired(name, fire_ms, self._clock.now_ms()))
-        except Exception as e:  # noqa: BLE001 - retry the message soon; on_fired is idempotent
-            self._log.exception("cron %s msg=%s: planner failed", name, m.msg_id)
+            firing = self._planner.fire(
+                name, fire_ms, self._clock.now_ms(), topic=m.topic, body=m.body, stored=stored
+            )
+        except Exception as e:  # noqa: BLE001 - retry the message soon; fire is idempotent
+            self._log.exception("schedule %s msg=%s: planner failed", name, m.msg_id)
             reason = f"planner failed: {describe_error(e)}"
             self._settle_alone(m, name, Decision(Settlement.RETRY, reason, PLANNER_RETRY_MS))
-            return
-        if not due:
-            why = "misfire policy skipped it"
-            self._settle_alone(m, name, Decision(Settlement.SKIP, why))
-            self._log.info("cron %s msg=%s occurrence %d skipped: %s", name, m.msg_id, fire_ms, why)
-            return
+            return True
+        if firing is None:
+            return False
+        if firing.spec is None or not firing.run:
+            why = firing.reason
+            settlement = Settlement.DEAD if firing.dead else Settlement.SKIP
+            self._settle_alone(m, name, Decision(settlement, why))
+            log = self._log.error if firing.dead else self._log.info
+            log("schedule %s msg=%s occurrence %d not run: %s", name, m.msg_id, fire_ms, why)
+            return True
+        self._run_occurrences(m, firing.spec, call, firing.run)
+        return True
+
+    def _run_occurrences(
+        self, m: ReceivedMessage, cron: CronSpec, call: JobCall, due: Sequence[int]
+    ) -> None:
         job = JobContext(cron.job, call, m, due[0], self._clock_ms)
         run = Run(m, cron.job, call, job, cron, due)
         refused = self._admit(run)
@@ -183,7 +202,7 @@ class PullLoop:
             if refused.settlement is Settlement.SKIP:
                 why = refused.reason
                 self._log.info(
-                    "cron %s msg=%s occurrence %d skipped: %s", name, m.msg_id, fire_ms, why
+                    "schedule %s msg=%s occurrence %d skipped: %s", cron.name, m.msg_id, due[0], why
                 )
             return
         self._flow.add(run)

@@ -1,10 +1,14 @@
 """Run an app in one process: its broker, a :class:`~workers.dispatcher.Dispatcher`
-and the cron planner, until SIGINT/SIGTERM (``chronoq run module:app``).
+and the schedule planner, until SIGINT/SIGTERM (``chronoq run module:app``).
 
-Start-up: join the consumer group, arm every cron job's next occurrence, run the
-app's :func:`on_start` hooks, then pull and run jobs. Every ``arm_interval_s``
-the cron jobs are armed again (idempotent: an armed occurrence is not armed
-twice), which heals an occurrence lost to a failed send.
+Start-up: join the consumer group, store a record for each cron/interval job that
+has none (so ``chronoq schedules list`` shows it from the broker alone), arm the
+next occurrence of every schedule that is not paused (the cron jobs and the
+stored schedules of ``app.schedules``; a paused cron job stays paused across
+restarts), run the app's :func:`on_start` hooks, then pull and run jobs. Every
+``arm_interval_s`` the schedules are armed again (idempotent: an armed
+occurrence is not armed twice), which heals an occurrence lost to a failed send
+or to a process that died between storing a schedule and arming it.
 
 Shutdown (SIGTERM, SIGINT, ``stop_event`` or :func:`stop_app`): stop pulling,
 let running jobs finish for up to ``drain_timeout_s``, release what still runs
@@ -102,10 +106,10 @@ def _arm_periodically(app: App, stop: threading.Event, interval_s: float) -> Non
         try:
             armed = app.planner.arm_all()
         except Exception:  # noqa: BLE001 - keep arming; the next round may succeed
-            _log.exception("arming cron jobs failed; retrying in %g s", interval_s)
+            _log.exception("arming schedules failed; retrying in %g s", interval_s)
             continue
         if armed:
-            _log.info("armed %d missing cron occurrence(s)", armed)
+            _log.info("armed %d missing schedule occurrence(s)", armed)
 
 
 def run_app(
@@ -117,7 +121,7 @@ def run_app(
     arm_interval_s: float = 30.0,
     dispatcher: Dispatcher | None = None,
 ) -> int:
-    """Run ``app``'s dispatcher and cron planner until stopped; see the module docstring.
+    """Run ``app``'s dispatcher and schedule planner until stopped; see the module docstring.
 
     The broker is left open (``app.close()`` closes it), so the caller can still
     inspect it afterwards.
@@ -127,7 +131,7 @@ def run_app(
     :param exit_when_idle: also stop once nothing is ready, running or pending on
         the app's topics (cron occurrences aside): for batch runs and demos.
     :param drain_timeout_s: how long running jobs may take to finish on stop.
-    :param arm_interval_s: how often cron jobs are armed again.
+    :param arm_interval_s: how often the schedules are armed again.
     :param dispatcher: a ready-made dispatcher (custom executors); one is built otherwise.
     :returns: messages processed.
     """
@@ -138,17 +142,19 @@ def run_app(
     armer: threading.Thread | None = None
     try:
         dispatcher.open()
-        armed = app.planner.arm_all()
         crons = app.registry.crons()
         if crons:
-            _log.info("%d cron job(s), %d occurrence(s) newly armed", len(crons), armed)
-            armer = threading.Thread(
-                target=_arm_periodically,
-                args=(app, stop, arm_interval_s),
-                name="chronoq-cron-armer",
-                daemon=True,
-            )
-            armer.start()
+            app.schedules.publish_decorators()
+        armed = app.planner.arm_all()
+        if crons or armed:
+            _log.info("%d cron job(s); %d schedule occurrence(s) newly armed", len(crons), armed)
+        armer = threading.Thread(
+            target=_arm_periodically,
+            args=(app, stop, arm_interval_s),
+            name="chronoq-cron-armer",
+            daemon=True,
+        )
+        armer.start()
         for hook in _HOOKS.get(app, []):
             hook()
         dispatcher.run_forever(stop_event=stop, exit_when_idle=exit_when_idle)

@@ -1,5 +1,5 @@
 """The shapes the dispatcher works with: the app it serves (:class:`App`, i.e. a
-:class:`scheduler.Scheduler`), its cron planner, and one message's :class:`Run`."""
+:class:`scheduler.Scheduler`), its schedule planner, and one message's :class:`Run`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from broker_adapter.base import BrokerAdapter
 from broker_adapter.clock import Clock
 from broker_adapter.results import ReceivedMessage
+from scheduler.cron import Firing
 from scheduler.jobcall import JobCall
 from scheduler.registry import JobRegistry
 from scheduler.settings import Settings
@@ -19,14 +20,25 @@ from workers.executors.base import Handoff
 
 
 class CronPlanner(Protocol):
-    """What the dispatcher and runner need of ``app.planner``."""
+    """What the dispatcher and runner need of ``app.planner``
+    (:class:`scheduler.cron.CronPlanner`)."""
 
-    def on_fired(self, name: str, fire_ms: int, now_ms: int) -> list[int]:
-        """Arm the next occurrence; the occurrences to run now (``[]``: skipped)."""
+    def fire(
+        self, name: str, fire_ms: int, now_ms: int, *, topic: str, body: bytes, stored: bool
+    ) -> Firing | None:
+        """Check a delivered occurrence, arm the next one, say what to run."""
         ...
 
     def arm_all(self, now_ms: int | None = None) -> int:
-        """Arm every cron job's next occurrence; how many were newly armed."""
+        """Arm every schedule's next occurrence; how many were newly armed."""
+        ...
+
+
+class ScheduleBook(Protocol):
+    """What the runner needs of ``app.schedules`` (:class:`scheduler.schedules.Schedules`)."""
+
+    def publish_decorators(self) -> int:
+        """Store a record for each cron job that has none; how many were written."""
         ...
 
 
@@ -43,19 +55,23 @@ class App(Protocol):
     def clock(self) -> Clock: ...
     @property
     def planner(self) -> CronPlanner: ...
+    @property
+    def schedules(self) -> ScheduleBook: ...
     def topics(self) -> set[str]: ...
 
 
 class Run:
-    """The processing of one message: one job run, or a cron message's occurrences
-    (run one after the other, each with its own :class:`JobContext`).
+    """The processing of one message: one job run, or a schedule occurrence's runs
+    (the occurrences the misfire policy keeps, one after the other, each with its
+    own :class:`JobContext`).
 
     :param message: the pulled message.
     :param spec: the job's spec.
     :param call: the decoded call.
     :param job: the context of its first (or only) job.
-    :param cron: for a cron message, the cron job.
-    :param occurrences: for a cron message, the occurrences to run (epoch ms, in order).
+    :param cron: for a schedule's occurrence, the schedule (``cron.name``: its name).
+    :param occurrences: for a schedule's occurrence, the occurrences to run (epoch ms,
+        in order).
     """
 
     __slots__ = ("call", "cron", "future", "job", "message", "occurrences", "settled", "spec")
@@ -101,4 +117,4 @@ class Run:
         )
 
 
-__all__ = ["App", "CronPlanner", "Run"]
+__all__ = ["App", "CronPlanner", "Run", "ScheduleBook"]

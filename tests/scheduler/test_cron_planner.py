@@ -449,5 +449,5 @@ def test_jittered_occurrence_is_not_a_misfire(app: Scheduler, manual_clock: Manu
 def test_planner_message(app: Scheduler) -> None:
     app.cron("@daily", name="d", topic="t")(lambda: None)
     m = app.planner.message(app.registry.crons()[0], T0)
-    assert m == Message("t", JobCall("d").encode(), f"cron:d:{T0}", deliver_at_ms=T0)
+    assert m == Message("t", JobCall("d").encode(), f"cron:d:{T0}", "d", deliver_at_ms=T0)
     assert isinstance(app.planner, CronPlanner)
