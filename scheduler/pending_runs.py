@@ -87,13 +87,14 @@ class PendingRun:
 class RunQuery:
     """What to list (see the module docstring).
 
-    :param topics: the topics to search (at least one).
+    :param topics: the topics to search (at least one); ``None`` stands for every
+        topic of the broker (without ``key_prefix``, which needs a topic).
     :param strict: whether an unknown topic raises (an explicitly named one) or
         holds no runs (the app's own topics).
     :param limit: most runs to yield in all; ``None`` for every one.
     """
 
-    topics: tuple[str, ...]
+    topics: tuple[str | None, ...]
     strict: bool = False
     key_prefix: str | None = None
     tag: str | None = None
@@ -101,7 +102,7 @@ class RunQuery:
     end_ms: int | None = None
     limit: int | None = None
 
-    def page_args(self, topic: str, cursor: str | None) -> dict[str, Any]:
+    def page_args(self, topic: str | None, cursor: str | None) -> dict[str, Any]:
         """``find_pending`` arguments for the page of ``topic`` at ``cursor``."""
         size = PAGE_SIZE if self.limit is None else min(self.limit, PAGE_SIZE)
         return {
@@ -121,7 +122,7 @@ class _Stream:
 
     __slots__ = ("cursor", "done", "topic", "views")
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str | None) -> None:
         self.topic = topic
         self.views: collections.deque[MessageView] = collections.deque()
         self.cursor: str | None = None

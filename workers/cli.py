@@ -8,13 +8,16 @@
     chronoq send    [--url URL] --topic T [--key K] [--delay-ms N] (--body TEXT | --job NAME [--args JSON] [--kwargs JSON])
     chronoq abort   [--url URL] (--id ID | --key K --topic T)
     chronoq query   [--url URL] ID
-    chronoq pending [--url URL] [--topic T] [--limit N]
+    chronoq pending [--url URL] [--job NAME] [--key-prefix P] [--topic T] [--start ISO] [--end ISO] [--limit N]
+    chronoq reschedule [--url URL] (--id ID | --key K --topic T) (--delay SECONDS | --at ISO8601)
+    chronoq cancel  [--url URL] --key-prefix P [--topic T]
     chronoq stats   [--url URL]
     chronoq bench [NAME [ARGS...]]   (a script of bench/, run from a checkout; no NAME lists them)
 
 ``--url`` defaults to ``CHRONOQ_BROKER_URL`` (``rocksdb://./chronoq-data``); ``--json``
 prints one JSON document instead of text. Exit status: 0 on success, 1 when the
 thing asked for is not there (an unknown id, an abort ``NOT_FOUND``), 2 for bad usage.
+``pending``, ``reschedule`` and ``cancel`` live in :mod:`workers.cli_runtime`.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from scheduler import apps
 from scheduler.jobcall import JobCall
 from scheduler.scheduler import Scheduler
 from scheduler.settings import DEFAULT_BROKER_URL
+from workers.cli_runtime import add_runtime_parsers, run_runtime
 
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
@@ -119,7 +123,8 @@ def _cmd_send(args: argparse.Namespace, broker: BrokerAdapter) -> int:
         body = JobCall(args.job, tuple(json.loads(args.args)), json.loads(args.kwargs)).encode()
     else:
         body = args.body.encode()
-    res = broker.send(Message(args.topic, body, key=args.key, delay_ms=args.delay_ms))
+    tags = args.job  # a job run carries its job's name, as the scheduler's do
+    res = broker.send(Message(args.topic, body, key=args.key, tags=tags, delay_ms=args.delay_ms))
     _show(args, res, f"{res.status.value} {res.msg_id} due {res.deliver_at_ms}")
     return 0
 
@@ -144,13 +149,6 @@ def _cmd_query(args: argparse.Namespace, broker: BrokerAdapter) -> int:
     return 0
 
 
-def _cmd_pending(args: argparse.Namespace, broker: BrokerAdapter) -> int:
-    views = broker.pending(args.topic, limit=args.limit)
-    lines = [f"{v.deliver_at_ms} {v.msg_id} {v.topic} key={v.key}" for v in views]
-    _show(args, views, "\n".join(lines) or "(nothing pending)")
-    return 0
-
-
 def _cmd_stats(args: argparse.Namespace, broker: BrokerAdapter) -> int:
     st = broker.stats()
     lines = [f"pending {st.pending}, fired {st.fired_total}, dead {st.dead}"]
@@ -170,7 +168,6 @@ _OPS = {
     "send": _cmd_send,
     "abort": _cmd_abort,
     "query": _cmd_query,
-    "pending": _cmd_pending,
     "stats": _cmd_stats,
 }
 
@@ -285,7 +282,6 @@ def build_parser() -> argparse.ArgumentParser:
         ("send", "send a message"),
         ("abort", "abort a pending message"),
         ("query", "show one message"),
-        ("pending", "list pending messages"),
         ("stats", "broker counters"),
     ):
         p = sub.add_parser(name, help=what)
@@ -307,8 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops["abort"].add_argument("--key")
     ops["abort"].add_argument("--topic")
     ops["query"].add_argument("msg_id")
-    ops["pending"].add_argument("--topic")
-    ops["pending"].add_argument("--limit", type=int, default=100)
+    add_runtime_parsers(sub, os.environ.get("CHRONOQ_BROKER_URL") or DEFAULT_BROKER_URL)
     return parser
 
 
@@ -328,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_bench(args)
         if args.command == "broker":
             return int(args.func(args))
+        if getattr(args, "runtime_command", None):
+            return run_runtime(args)
         with open_broker(args.url) as broker:
             return _OPS[args.command](args, broker)
     except ChronoqError as e:
