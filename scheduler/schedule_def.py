@@ -34,7 +34,6 @@ from scheduler.errors import InvalidSchedule, SchedulerError
 from scheduler.interval import IntervalTrigger, Trigger, format_span
 from scheduler.jobcall import JobCall
 from scheduler.spec import (
-    COALESCE_MODES,
     DEFAULT_MAX_CATCH_UP,
     Coalesce,
     MisfirePolicy,
@@ -222,11 +221,4 @@ class ScheduleDef:
             raise DecodeError(f"stored schedule does not validate: {e}") from e
 
 
-def check_coalesce(value: object) -> Coalesce:
-    """``value`` if it is a coalesce mode, else raise :class:`InvalidSchedule`."""
-    if value not in COALESCE_MODES:
-        raise InvalidSchedule(f"coalesce={value!r}: use one of {', '.join(COALESCE_MODES)}")
-    return value  # type: ignore[return-value]
-
-
-__all__ = ["FORMAT", "SOURCES", "ScheduleDef", "Source", "check_coalesce", "check_schedule_name"]
+__all__ = ["FORMAT", "SOURCES", "ScheduleDef", "Source", "check_schedule_name"]

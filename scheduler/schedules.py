@@ -53,134 +53,15 @@ from typing import TYPE_CHECKING, Any
 from broker_adapter.message import Message
 from broker_adapter.results import SendResult
 from scheduler.errors import DuplicateSchedule, InvalidSchedule, ScheduleNotFound
-from scheduler.interval import IntervalTrigger, anchor_ms, interval_ms
 from scheduler.plan import Plan
 from scheduler.schedule_def import ScheduleDef
+from scheduler.schedule_info import NEXT_TIMES, ScheduleInfo, def_of_cron
+from scheduler.schedule_options import def_from_options
 from scheduler.schedule_store import StoredSchedule
-from scheduler.spec import DEFAULT_MAX_CATCH_UP, Coalesce, CronSpec, seconds
-from scheduler.timing import datetime_to_ms
+from scheduler.spec import DEFAULT_MAX_CATCH_UP, Coalesce, CronSpec
 
 if TYPE_CHECKING:
     from scheduler.scheduler import Scheduler
-
-#: How many next fire times a listing shows.
-NEXT_TIMES = 3
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ScheduleInfo:
-    """One schedule as listed: its definition, what comes next, where it is from.
-
-    :param definition: the stored definition (for a cron job never paused, the
-        code's, with version 0).
-    :param next_fire_ms: its next fire times (epoch ms; empty when paused or ended).
-    """
-
-    definition: ScheduleDef
-    next_fire_ms: tuple[int, ...]
-
-    @property
-    def name(self) -> str:
-        """The schedule's name."""
-        return self.definition.name
-
-    @property
-    def job(self) -> str:
-        """The job it runs."""
-        return self.definition.job
-
-    @property
-    def paused(self) -> bool:
-        """Whether it is paused."""
-        return self.definition.paused
-
-    @property
-    def source(self) -> str:
-        """``"decorator"`` (``@app.cron``/``@app.every``) or ``"data"`` (``add``)."""
-        return self.definition.source
-
-    @property
-    def version(self) -> int:
-        """Incremented by each stored change (0: a cron job never changed at runtime)."""
-        return self.definition.version
-
-    @property
-    def next_fire_times(self) -> tuple[datetime, ...]:
-        """:attr:`next_fire_ms` as aware datetimes in the schedule's zone."""
-        trigger = Plan.of_def(self.definition).trigger
-        return tuple(trigger.local(t) for t in self.next_fire_ms)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data (``chronoq schedules list --json``)."""
-        d = self.definition
-        doc = {f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
-        doc["args"] = list(d.args)
-        doc["trigger"] = d.describe()
-        doc["next_fire_ms"] = list(self.next_fire_ms)
-        doc["next_fire_times"] = [t.isoformat() for t in self.next_fire_times]
-        return doc
-
-
-def _ms(name: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return datetime_to_ms(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    raise InvalidSchedule(f"{name}={value!r}: give an aware datetime or epoch ms")
-
-
-def _seconds(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    try:
-        return seconds(name, value, allow_zero=True)
-    except ValueError as e:
-        raise InvalidSchedule(str(e)) from None
-
-
-#: ``add``/``update`` arguments and the definition fields they set.
-_FIELDS = {
-    "job": "job",
-    "cron": "cron",
-    "every": "every_ms",
-    "anchor": "anchor_ms",
-    "args": "args",
-    "kwargs": "kwargs",
-    "tz": "tz",
-    "start": "start_ms",
-    "end": "end_ms",
-    "misfire_grace_time": "misfire_grace_s",
-    "coalesce": "coalesce",
-    "max_catch_up": "max_catch_up",
-    "jitter": "jitter_s",
-    "max_running": "max_running",
-}
-
-
-def def_of_cron(spec: CronSpec, topic: str, **fields: Any) -> ScheduleDef:
-    """The record of a ``@app.cron``/``@app.every`` job (``source="decorator"``)."""
-    trigger = spec.trigger
-    timing: dict[str, Any]
-    if isinstance(trigger, IntervalTrigger):
-        timing = {"every_ms": trigger.every_ms, "anchor_ms": trigger.anchor_ms}
-    else:
-        timing = {"cron": trigger.expr}
-    return ScheduleDef(
-        spec.name,
-        spec.job.name,
-        topic,
-        tz=trigger.tz.key,
-        misfire_grace_s=spec.misfire.grace_s,
-        coalesce=spec.misfire.coalesce,
-        max_catch_up=spec.misfire.max_catch_up,
-        jitter_s=spec.jitter,
-        max_running=spec.max_running,
-        source="decorator",
-        **timing,
-        **fields,
-    )
 
 
 class Schedules:
@@ -197,6 +78,10 @@ class Schedules:
         self._app = app
         self._planner = app.planner
         self._store = app.planner.store
+
+    def _job_topic(self, job: str) -> tuple[str, str]:
+        spec = self._app.registry.get(job)  # raises JobNotFound
+        return spec.name, spec.topic_or(self._app.settings.topic)
 
     def _now(self) -> int:
         return self._app.clock.now_ms()
@@ -244,43 +129,6 @@ class Schedules:
         return [self._info_of(n, stored.get(n)) for n in sorted(names)]
 
     # -- adding and changing ------------------------------------------------------------
-
-    def _build(
-        self, base: ScheduleDef | None, name: str, options: Mapping[str, Any]
-    ) -> ScheduleDef:
-        """A definition from ``add``/``update`` arguments over ``base``."""
-        unknown = sorted(set(options) - set(_FIELDS))
-        if unknown:
-            raise InvalidSchedule(f"unknown option(s) {unknown}; use {sorted(_FIELDS)}")
-        fields: dict[str, Any] = {}
-        for option, value in options.items():
-            if option == "job":
-                job_name = value if isinstance(value, str) else getattr(value, "name", value)
-                if not isinstance(job_name, str):
-                    raise InvalidSchedule(f"job={value!r}: give a job handle or a job name")
-                spec = self._app.registry.get(job_name)  # raises JobNotFound
-                fields["job"], fields["topic"] = spec.name, spec.topic_or(self._app.settings.topic)
-            elif option == "every":
-                fields["every_ms"] = None if value is None else interval_ms(value)
-                if value is not None:
-                    fields["cron"] = None
-            elif option == "cron":
-                fields["cron"] = value
-                if value is not None:
-                    fields["every_ms"], fields["anchor_ms"] = None, 0
-            elif option == "anchor":
-                fields["anchor_ms"] = anchor_ms(value)
-            elif option in ("start", "end"):
-                fields[_FIELDS[option]] = _ms(option, value)
-            elif option in ("misfire_grace_time", "jitter"):
-                fields[_FIELDS[option]] = _seconds(option, value)
-            elif option == "kwargs":
-                fields["kwargs"] = {} if value is None else value
-            else:
-                fields[_FIELDS[option]] = value
-        if base is None:
-            return ScheduleDef(name=name, **fields)
-        return base.changed(**fields)
 
     def add(
         self,
@@ -352,7 +200,7 @@ class Schedules:
                 raise InvalidSchedule("anchor= goes with every=, not with cron=")
             options["anchor"] = anchor
         now = self._now()
-        d = self._build(None, name, options)
+        d = def_from_options(None, name, options, self._job_topic)
         d = dataclasses.replace(d, paused=bool(paused), created_ms=now, updated_ms=now)
         if not self._store.create(d):
             raise DuplicateSchedule(name, "a stored schedule")
@@ -384,7 +232,7 @@ class Schedules:
             )
         if "anchor" in changes and changes.get("cron") is not None:
             raise InvalidSchedule("anchor= goes with every=, not with cron=")
-        new = self._build(old, name, changes)
+        new = def_from_options(old, name, changes, self._job_topic)
         new = dataclasses.replace(new, version=old.version + 1, updated_ms=self._now())
         plan = self._planner.plan_of_def(new)  # raises before anything is stored
         if not self._store.write(new, stored):
@@ -463,7 +311,8 @@ class Schedules:
             )
         stored = self._stored(name)
         self._store.delete(name)
-        self._planner.disarm(name, stored.definition.topic)
+        if stored.definition.source == "data":  # a cron job's occurrences are the code's
+            self._planner.disarm(name, stored.definition.topic)
         return ScheduleInfo(stored.definition, ())
 
     def run_now(self, name: str) -> SendResult:
@@ -506,4 +355,4 @@ class Schedules:
         return written
 
 
-__all__ = ["NEXT_TIMES", "ScheduleInfo", "Schedules", "def_of_cron"]
+__all__ = ["ScheduleInfo", "Schedules"]

@@ -12,12 +12,14 @@
     chronoq reschedule [--url URL] (--id ID | --key K --topic T) (--delay SECONDS | --at ISO8601)
     chronoq cancel  [--url URL] --key-prefix P [--topic T]
     chronoq stats   [--url URL]
+    chronoq schedules list|pause|resume|run-now|remove [--url URL] [--app module:app] [NAME]
     chronoq bench [NAME [ARGS...]]   (a script of bench/, run from a checkout; no NAME lists them)
 
 ``--url`` defaults to ``CHRONOQ_BROKER_URL`` (``rocksdb://./chronoq-data``); ``--json``
 prints one JSON document instead of text. Exit status: 0 on success, 1 when the
 thing asked for is not there (an unknown id, an abort ``NOT_FOUND``), 2 for bad usage.
-``pending``, ``reschedule`` and ``cancel`` live in :mod:`workers.cli_runtime`.
+``pending``, ``reschedule`` and ``cancel`` live in :mod:`workers.cli_runtime`,
+``schedules`` in :mod:`workers.cli_schedules`.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from scheduler import apps
 from scheduler.jobcall import JobCall
 from scheduler.scheduler import Scheduler
 from scheduler.settings import DEFAULT_BROKER_URL
+from workers import cli_schedules
 from workers.cli_runtime import add_runtime_parsers, run_runtime
 
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -304,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops["abort"].add_argument("--topic")
     ops["query"].add_argument("msg_id")
     add_runtime_parsers(sub, os.environ.get("CHRONOQ_BROKER_URL") or DEFAULT_BROKER_URL)
+    cli_schedules.add_parser(sub)
     return parser
 
 
@@ -325,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.func(args))
         if getattr(args, "runtime_command", None):
             return run_runtime(args)
+        if args.command == "schedules":
+            return cli_schedules.run(args)
         with open_broker(args.url) as broker:
             return _OPS[args.command](args, broker)
     except ChronoqError as e:
