@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Examples that need a service, smoke-tested with it in their own suite
-#: (``celery_orders.py``: Redis and a Celery worker, in ``tests/celery/``).
-ELSEWHERE = {"__init__.py", "celery_orders.py"}
+#: Examples smoke-tested in their own suite (``celery_orders.py``: with Redis and a
+#: Celery worker, in ``tests/celery/``; ``order_workflow.py``: with the broker's state
+#: checked after, in ``tests/examples/test_order_workflow.py``).
+ELSEWHERE = {"__init__.py", "celery_orders.py", "order_workflow.py"}
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if p.name not in ELSEWHERE)
 CHRONOQ = str(Path(sys.executable).with_name("chronoq"))
 
