@@ -196,6 +196,11 @@ class BrokerCore:
             value = K.U64X2.pack(max(pending[tid], 0), fired_of.get(tid, 0))
             batch.put(K.META_COUNTERS + prefixes[tid], value, h_meta)
 
+    def had_messages(self, tid: int) -> bool:
+        """Whether a message was ever sent, retried or dead-lettered to topic ``tid`` (its
+        counters exist); a topic only subscribed to has an id but no counters."""
+        return tid in self._pending
+
     def pending_count(self, tid: int) -> int:
         """Messages of topic ``tid`` waiting on the wheel."""
         return max(self._pending.get(tid, 0), 0)

@@ -101,7 +101,7 @@ class PendingFinder:
         tid = None
         if topic is not None:
             tid = core.topic_ids.get(topic)
-            if tid is None:
+            if tid is None or not core.had_messages(tid):
                 raise UnknownTopic(topic)
         lower = max(position, K.wheel_key(start_ms or 0, 0), core.fired_upto)
         upper = K.wheel_key(end_ms, 0) if end_ms is not None else _END

@@ -30,7 +30,7 @@ def abort_prefix(core: BrokerCore, topic: str, key_prefix: str) -> PrefixAbortRe
     :raises UnknownTopic: for a topic the broker never had a message on.
     """
     tid = core.topic_ids.get(topic)
-    if tid is None:
+    if tid is None or not core.had_messages(tid):
         raise UnknownTopic(topic)
     store = core.store
     lower = core.prefixes[tid] + key_prefix.encode()

@@ -78,7 +78,7 @@ def find_pending(
         after = max(after, (start_ms, -1))
     with store.lock:
         store.tick()
-        if topic is not None and topic not in store.logs:
+        if topic is not None and not store.knows(topic):
             raise UnknownTopic(topic)
         copies: Iterator[Copy]
         if key_prefix is not None:

@@ -112,6 +112,9 @@ class TopicLog:
     base: int = 0
     fired_total: int = 0
     pending: int = 0
+    #: Whether a message was ever sent (or retried, or dead-lettered) to the topic;
+    #: a topic only subscribed to has a log too.
+    used: bool = False
 
     @property
     def end(self) -> int:

@@ -70,7 +70,7 @@ def abort_prefix(store: MemoryStore, topic: str, key_prefix: str) -> PrefixAbort
     """
     with store.lock:
         store.tick()
-        if topic not in store.logs:
+        if not store.knows(topic):
             raise UnknownTopic(topic)
         keys = [k for k, _msg in store.keyed_under(topic, key_prefix)]
     aborted = 0

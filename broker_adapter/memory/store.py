@@ -204,7 +204,9 @@ class MemoryStore:
 
     def _schedule(self, copy: Copy) -> None:
         heapq.heappush(self._wheel, (copy.due_ms, copy.seq, copy))
-        self.log(copy.topic).pending += 1
+        log = self.log(copy.topic)
+        log.pending += 1
+        log.used = True
         if copy.is_first:
             copy.message.copy = copy
             self.due_index.add(copy)
@@ -236,6 +238,11 @@ class MemoryStore:
         self._schedule(Copy(stored, stored.topic, due_ms, 0, next(self._seq)))
         self.tick()
         self.changed.notify_all()  # a waiting pull's wake-up time may have changed
+
+    def knows(self, topic: str) -> bool:
+        """Whether a message was ever sent to ``topic`` (see ``UnknownTopic``)."""
+        log = self.logs.get(topic)
+        return log is not None and log.used
 
     def keyed(self, topic: str, key: str) -> StoredMessage | None:
         """The last message sent to ``topic`` with ``key`` that the store still knows."""
@@ -299,6 +306,7 @@ class MemoryStore:
         if dead or (counts and attempts >= group.max_attempts):
             copy = Copy(msg, group.dead_topic, now, attempts, next(self._seq), fired_ms=now)
             log = self.log(group.dead_topic)
+            log.used = True
             log.entries.append(copy)
             log.fired_total += 1
             group.dead(msg.msg_id, attempts, error)
