@@ -64,6 +64,8 @@ def def_from_options(
     :param job_topic: a job's name to ``(name, topic)``; raises for an unknown job.
     :raises InvalidSchedule: for an unknown option or a value that cannot work.
     """
+    if options.get("cron") is not None and options.get("every") is not None:
+        raise InvalidSchedule(f"schedule {name!r}: give exactly one of cron= or every=, not both")
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise InvalidSchedule(f"unknown option(s) {unknown}; use {sorted(OPTIONS)}")
