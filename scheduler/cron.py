@@ -33,10 +33,13 @@ Checks at fire time (one ``query`` point lookup of the schedule's record per
 occurrence; the record is read and parsed again only when it changed):
 
 * a paused schedule's occurrence runs nothing and arms nothing;
-* a stored schedule's occurrence runs only if it is one the current definition
-  would arm (same topic, same body, a fire time of the current trigger within
-  its window); otherwise it was armed from an earlier version and is dropped,
-  and the current version's next occurrence is armed (idempotent);
+* a stored schedule's occurrence runs only if it stands for one of the current
+  definition's occurrences (same topic, a fire time of the current trigger
+  within its window); otherwise it was armed from an earlier version and is
+  dropped, and the current version's next occurrence is armed (idempotent). One
+  that does stand for a current occurrence but carries an earlier version's
+  arguments runs with the current ones: its key is that occurrence's, so the
+  current version could not arm its own message for that time;
 * a removed schedule's occurrence (the message says it belongs to a stored
   schedule) runs nothing.
 
@@ -60,6 +63,7 @@ from broker_adapter.errors import UnknownTopic
 from broker_adapter.message import Message
 from broker_adapter.results import AbortStatus, SendResult, SendStatus
 from scheduler.errors import JobNotFound
+from scheduler.jobcall import JobCall
 from scheduler.misfire import MAX_COUNTED, resolve_misfires
 from scheduler.plan import Plan, jitter_ms
 from scheduler.schedule_def import ScheduleDef
@@ -88,12 +92,16 @@ class Firing:
     :param reason: why nothing runs (``""`` when something does).
     :param dead: whether the message should go to the dead-letter topic (its job
         is unknown here) rather than be dropped quietly.
+    :param call: the call to run instead of the message's body (an occurrence
+        armed by an earlier version of a stored schedule, at a time the current
+        version has too: it runs with the current arguments).
     """
 
     spec: CronSpec | None
     run: tuple[int, ...] = ()
     reason: str = ""
     dead: bool = False
+    call: JobCall | None = None
 
 
 class CronPlanner:
@@ -277,7 +285,7 @@ class CronPlanner:
         if d.paused:
             return Firing(None, reason=f"paused (version {d.version})")
         plan = self.plan_of_def(d)
-        if not plan.matches(fire_ms, topic, body):
+        if not plan.owns(fire_ms, topic):
             self.arm(plan, max(now_ms, fire_ms))
             return Firing(None, reason=f"armed by an earlier version (now version {d.version})")
         run = self._fire_plan(plan, fire_ms, now_ms)
@@ -285,7 +293,8 @@ class CronPlanner:
         if job is None:
             why = f"unknown job: {JobNotFound(d.job, self._app.registry.names())}"
             return Firing(None, reason=why, dead=True)
-        return Firing(self._spec_of(d, plan, job), run, "" if run else MISFIRE_SKIPPED)
+        call = None if body == plan.body else d.call()
+        return Firing(self._spec_of(d, plan, job), run, "" if run else MISFIRE_SKIPPED, call=call)
 
     def _spec_of(self, d: ScheduleDef, plan: Plan, job: JobSpec) -> CronSpec:
         cached = self._def_specs.get(d.name)

@@ -144,10 +144,11 @@ class Plan:
             hit = trigger.next_fire_ms(t_ms - 1) == t_ms
         return hit and self.in_window(t_ms)
 
-    def matches(self, fire_ms: int, topic: str, body: bytes) -> bool:
-        """Whether an occurrence message (its key's ``fire_ms``, topic and body) is
-        one this plan would arm: if not, it was armed from another version."""
-        return topic == self.topic and body == self.body and self.is_fire_time(fire_ms)
+    def owns(self, fire_ms: int, topic: str) -> bool:
+        """Whether an occurrence message (its key's ``fire_ms``, its topic) stands for
+        one of this plan's occurrences: if not, it was armed from another version
+        (its body may be outdated even so: the caller compares it with :attr:`body`)."""
+        return topic == self.topic and self.is_fire_time(fire_ms)
 
     def key(self, fire_ms: int) -> str:
         """``cron:<name>:<fire_ms>``."""

@@ -189,7 +189,7 @@ class PullLoop:
             log = self._log.error if firing.dead else self._log.info
             log("schedule %s msg=%s occurrence %d not run: %s", name, m.msg_id, fire_ms, why)
             return True
-        self._run_occurrences(m, firing.spec, call, firing.run)
+        self._run_occurrences(m, firing.spec, firing.call or call, firing.run)
         return True
 
     def _run_occurrences(
