@@ -19,11 +19,16 @@ extra ``spark.*`` conf      ``conf=`` argument, then ``SPARK_CONF`` (comma- or
                             :data:`DEFAULT_CONF`
 ==========================  ==============================================================
 
-``local[...]`` masters also get :data:`LOOPBACK_CONF` (driver bound to 127.0.0.1,
-so nothing listens on other interfaces), and ``PYSPARK_PYTHON`` is set to the
-running interpreter unless already set, so Python workers use this venv.
+``local[...]`` masters, and cluster masters on this machine's loopback
+(``spark://127.0.0.1:7077``, ``spark://localhost:7077``: :func:`is_loopback_master`),
+also get :data:`LOOPBACK_CONF` (driver bound to 127.0.0.1, so nothing listens on
+other interfaces, and executors of a loopback cluster reach the driver there),
+and ``PYSPARK_PYTHON`` is set to the running interpreter unless already set, so
+Python workers use this venv (on a cluster, the executors' machines need the
+same path).
 
-Cluster masters are configuration only::
+A Spark standalone cluster (``spark://``; the tests run a real one from the pip
+pyspark installation, ``tests/spark/standalone.py``), YARN or Kubernetes::
 
     CHRONOQ_SPARK_MASTER=spark://spark-master:7077 chronoq worker --executor spark shop.jobs:app
     CHRONOQ_SPARK_MASTER=yarn SPARK_CONF="spark.executor.instances=4" chronoq worker ...
@@ -97,6 +102,18 @@ def parse_conf(text: str) -> dict[str, str]:
     return out
 
 
+def is_loopback_master(master: str) -> bool:
+    """Whether ``master`` runs the driver on this machine's loopback: ``local[...]``,
+    or a ``spark://`` master at 127.0.0.1 / localhost (every host of the URL, for a
+    ``spark://h1:7077,h2:7077`` standby list)."""
+    if master.startswith("local"):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    hosts = [h.strip().rpartition(":")[0] or h.strip() for h in master[8:].split(",")]
+    return all(h in ("127.0.0.1", "localhost") for h in hosts)
+
+
 def session_conf(
     master: str,
     conf: Mapping[str, str] | None = None,
@@ -105,7 +122,7 @@ def session_conf(
     """The ``spark.*`` settings a session for ``master`` gets (see the module docstring)."""
     env = os.environ if environ is None else environ
     merged = dict(DEFAULT_CONF)
-    if master.startswith("local"):
+    if is_loopback_master(master):
         merged.update(LOOPBACK_CONF)
     merged.update(parse_conf(env.get(CONF_ENV, "")))
     merged.update(conf or {})
@@ -145,7 +162,7 @@ def get_spark(
         sql = require("pyspark.sql", "spark", "Spark jobs and pipelines")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        if master.startswith("local"):
+        if is_loopback_master(master):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder: Any = sql.SparkSession.builder.master(master).appName(app_name or DEFAULT_APP_NAME)
         for key, value in session_conf(master, conf).items():
@@ -178,6 +195,7 @@ __all__ = [
     "LOOPBACK_CONF",
     "active_spark",
     "get_spark",
+    "is_loopback_master",
     "parse_conf",
     "session_conf",
     "stop_spark",
