@@ -192,8 +192,16 @@ class RemoteRuntimeCalls:
             pages[i] = V.decode_page(answer)
         if unknown is not None and cursor is None and all(p is None for p in pages.values()):
             raise unknown
+        takes = find_merge.plan(pages, limit)
+        fetched = {}
+        for i, take in takes.items():
+            cut = pages[i]
+            if cut is not None and 0 < take < len(cut.messages):  # ask for just what goes out
+                again = {**args, "limit": take, "cursor": walks[i].cursor}
+                answer = self._runtime(self.endpoints[i], "find_pending", again)
+                fetched[i] = V.decode_page(answer)
         prefixes = [f"{ep.node}:" for ep in self.endpoints]
-        views, walks = find_merge.merge_pages(walks, pages, limit, prefixes)
+        views, walks = find_merge.finish(walks, pages, takes, fetched, prefixes)
         return PendingPage(views, find_merge.encode_cursor(walks))
 
     def _acquire_rate(self, bucket: str, limit: int, period_ms: int) -> int:

@@ -211,7 +211,8 @@ def test_a_long_poll_blocks_no_other_client(server: ServerProcess) -> None:
         t.start()
         for i in range(50):
             assert other.send(Message("now", b"%d" % i)).status is SendStatus.OK
-        assert other.stats().topics["now"].fired_total + other.stats().topics["now"].pending == 50
+        now = other.stats().topics["now"]  # one snapshot: a message may fire between two
+        assert now.fired_total + now.pending == 50
         assert t.is_alive()  # still waiting while the other client was served
         other.send(Message("later", b"wake"))
         t.join(30)
