@@ -1,7 +1,10 @@
 """What ``@app.job`` returns: a :class:`JobHandle` that schedules, cancels and looks up
 timed runs of one job, and the :class:`ScheduledJob` receipt of each run.
 
-The messages they send are described in :mod:`scheduler.wire`.
+The messages they send are described in :mod:`scheduler.wire` (each run carries its
+job's name as tags). Moving a pending run (``reschedule``, ``run_now``) is in
+:mod:`scheduler.run_control`; the receipts, which can act on their own run, in
+:mod:`scheduler.receipts`.
 
 Timeouts: the order auto-close workflow
 ---------------------------------------
