@@ -10,11 +10,13 @@ import logging
 from scheduler.cron import CronPlanner
 from scheduler.errors import (
     DuplicateJob,
+    DuplicateSchedule,
     InvalidCron,
     InvalidJobSpec,
     InvalidSchedule,
     InvalidSettings,
     JobNotFound,
+    ScheduleNotFound,
     SchedulerError,
     UnserializableArgument,
 )
@@ -28,6 +30,7 @@ from scheduler.executor_kinds import (
     register_kind,
 )
 from scheduler.handles import Call, JobHandle, ScheduledJob
+from scheduler.interval import IntervalTrigger
 from scheduler.jobcall import JobCall
 from scheduler.loop_rule import SyncCallInEventLoop
 from scheduler.misfire import MisfireDecision, latest_fire_times, resolve_misfires
@@ -35,7 +38,9 @@ from scheduler.pending_runs import PendingRun
 from scheduler.receipts import CancelAllResult, RescheduleReceipt
 from scheduler.registry import JobRegistry
 from scheduler.runners import NoAppRunner
+from scheduler.schedule_def import ScheduleDef
 from scheduler.scheduler import Scheduler
+from scheduler.schedules import ScheduleInfo, Schedules
 from scheduler.settings import Settings
 from scheduler.spec import (
     CronSpec,
@@ -59,10 +64,12 @@ __all__ = [
     "CronTrigger",
     "DuplicateExecutor",
     "DuplicateJob",
+    "DuplicateSchedule",
     "Executor",
     "ExecutorKind",
     "ExecutorRegistry",
     "Handoff",
+    "IntervalTrigger",
     "InvalidCron",
     "InvalidJobSpec",
     "InvalidSchedule",
@@ -79,9 +86,13 @@ __all__ = [
     "PendingRun",
     "RescheduleReceipt",
     "RetryPolicy",
+    "ScheduleDef",
+    "ScheduleInfo",
+    "ScheduleNotFound",
     "ScheduledJob",
     "Scheduler",
     "SchedulerError",
+    "Schedules",
     "Settings",
     "SyncCallInEventLoop",
     "TimingFields",
