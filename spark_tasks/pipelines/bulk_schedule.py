@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker_adapter.base import DEFAULT_MAX_DELAY_MS
+from broker_adapter.errors import InvalidArgument
 from broker_adapter.message import MAX_KEY_CHARS
 
 if TYPE_CHECKING:
@@ -261,10 +262,21 @@ def bulk_schedule(
     :param broker_url: send from the executors through this URL (executor mode);
         give exactly one of ``broker`` and ``broker_url``.
     :param rejects_path: where rejected rows go (Parquet directory, replaced).
-    :raises ValueError: unless exactly one of ``broker`` and ``broker_url`` is given.
+    :raises InvalidArgument: unless exactly one of ``broker`` and ``broker_url`` is
+        given, or for a ``memory://`` ``broker_url`` (a broker of one process).
     """
     if (broker is None) == (broker_url is None):
-        raise ValueError("give exactly one of broker= (driver mode) or broker_url= (executors)")
+        raise InvalidArgument(
+            "bulk_schedule: give exactly one of broker= (driver mode) or broker_url= (executors)"
+        )
+    if broker_url is not None and broker_url.partition("://")[0] == "memory":
+        # Each executor's Python worker would fill a memory broker of its own, lost
+        # when it exits: the rows would be "accepted" and gone.
+        raise InvalidArgument(
+            f"bulk_schedule: executors cannot send to {broker_url!r}, a broker of one "
+            "process; pass the open broker as broker= (driver mode), or a chronoq:// or "
+            "redis:// URL the executors reach"
+        )
     start = time.perf_counter()
     df = read_rows(spark, rows) if isinstance(rows, str | Path) else rows
     now = int(time.time() * 1000) if now_ms is None else now_ms

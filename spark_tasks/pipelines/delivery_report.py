@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker_adapter.errors import MissingExtra
+from broker_adapter.errors import InvalidArgument, MissingExtra
 from broker_adapter.extras import require
 from scheduler.trace_format import FILE_GLOB, default_trace_dir
 
@@ -71,10 +71,10 @@ def nearest_rank(values: Sequence[float], fraction: float) -> float:
     """The nearest-rank percentile of ``values`` (see the module docstring).
 
     :param fraction: the percentile as a fraction, ``0 < fraction <= 1``.
-    :raises ValueError: for no values or a fraction out of range.
+    :raises InvalidArgument: for no values or a fraction out of range.
     """
     if not values or not 0 < fraction <= 1:
-        raise ValueError("nearest_rank needs values and 0 < fraction <= 1")
+        raise InvalidArgument("nearest_rank needs values and 0 < fraction <= 1")
     ordered = sorted(values)
     rank = math.ceil(round(fraction * len(ordered), 9))
     return ordered[max(rank, 1) - 1]
@@ -103,11 +103,12 @@ def delivery_report(trace: DataFrame, bucket_s: int = 60) -> DataFrame:
     """The report rows of ``trace`` (pure: DataFrame -> DataFrame); see the module docstring.
 
     :param bucket_s: the bucket length in seconds (>= 1).
+    :raises InvalidArgument: for ``bucket_s`` < 1.
     """
     from pyspark.sql import functions as F
 
     if bucket_s < 1:
-        raise ValueError(f"bucket_s must be >= 1, got {bucket_s!r}")
+        raise InvalidArgument(f"bucket_s must be >= 1 (seconds), got {bucket_s!r}")
     bucket_ms = bucket_s * 1000
     rows = with_lateness(trace.filter(F.col("outcome") != "skipped"))
     rows = rows.withColumn(

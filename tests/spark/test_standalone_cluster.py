@@ -38,7 +38,9 @@ from typing import Any, TypeVar
 import pytest
 
 from broker_adapter import MessageState, MessageView, open_broker
+from broker_adapter.errors import InvalidArgument
 from scheduler.jobcall import JobCall
+from spark_tasks.pipelines.bulk_schedule import bulk_schedule
 from spark_tasks.session import LOOPBACK_CONF, is_loopback_master, session_conf
 from tests.server.serverproc import ROOT, ServerProcess
 
@@ -432,3 +434,18 @@ def test_a_loopback_cluster_master_keeps_the_driver_on_loopback() -> None:
     # The user's SPARK_CONF still wins (e.g. a driver reachable from other hosts).
     conf = session_conf("spark://127.0.0.1:7077", environ={"SPARK_CONF": "spark.driver.host=h"})
     assert conf["spark.driver.host"] == "h"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"broker_url": "memory://shop"}, "a broker of one process"),
+        ({}, "exactly one of broker="),
+    ],
+)
+def test_bulk_schedule_refuses_a_url_executors_cannot_share(
+    kwargs: dict[str, Any], match: str
+) -> None:
+    # Checked before Spark is touched: no session is needed (none is passed).
+    with pytest.raises(InvalidArgument, match=match):
+        bulk_schedule(None, "rows.csv", {"close": "orders"}, **kwargs)  # type: ignore[arg-type]
