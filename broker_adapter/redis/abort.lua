@@ -7,6 +7,7 @@
 --   B.."m:<n>", "b:<n>"    hash (s X, t d o k g p) and body made from the record, TTL
 --                          retention; or read: s F fired, X aborted       (read, written)
 --   B.."stat"              hash  p|<topic> -1                             (written)
+--   B.."kx"                zset  - "<topic>\0<key>": the key lex index    (written)
 -- ARGV: [1] B, [2] "id" or "key", [3] n or "<topic>\0<key>", [4] retention ms.
 -- Returns {status, n}: status "A" aborted (now or before), "D" already fired, "N" not
 -- found (n is "" when no message has that key).
@@ -38,6 +39,10 @@ redis.call('HDEL', pk, n)
 redis.call('HSET', mk, unpack(h))
 redis.call('PEXPIRE', mk, retention)
 redis.call('SET', base .. 'b:' .. n, r[7], 'PX', retention)
-if r[4] ~= '' then redis.call('PEXPIRE', base .. 'k:' .. r[1] .. '\0' .. r[4], retention) end
+if r[4] ~= '' then
+  local field = r[1] .. '\0' .. r[4]
+  redis.call('PEXPIRE', base .. 'k:' .. field, retention)
+  redis.call('ZREM', base .. 'kx', field)
+end
 redis.call('HINCRBY', base .. 'stat', 'p|' .. r[1], -1)
 return {'A', n}

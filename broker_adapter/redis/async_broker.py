@@ -21,8 +21,13 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from broker_adapter.async_base import AsyncAdapterBase
-from broker_adapter.base import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DELAY_MS, DEFAULT_RETENTION_MS
-from broker_adapter.checks import check_positive_settings
+from broker_adapter.base import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_DELAY_MS,
+    DEFAULT_RETENTION_MS,
+    RESCHEDULE_PAST_TOLERANCE_MS,
+)
+from broker_adapter.checks import NewDue, check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.message import Message
 from broker_adapter.redis import keys as K
@@ -39,17 +44,35 @@ from broker_adapter.redis.client_calls import (
 )
 from broker_adapter.redis.connect import parse_url
 from broker_adapter.redis.keys import Keyspace
+from broker_adapter.redis.runtime_calls import (
+    PrefixAbort,
+    find_calls,
+    find_page,
+    reschedule_call,
+    reschedule_result,
+)
 from broker_adapter.redis.scripts import redis_errors
 from broker_adapter.redis.send_coalescer import MAX_BATCH, SendCoalescer
 from broker_adapter.redis.views import build_stats, build_view, record_view
-from broker_adapter.results import AbortResult, AbortStatus, BrokerStats, MessageView, SendResult
+from broker_adapter.results import (
+    AbortResult,
+    AbortStatus,
+    BrokerStats,
+    MessageView,
+    PendingPage,
+    PrefixAbortResult,
+    RescheduleResult,
+    RescheduleStatus,
+    SendResult,
+)
 
 #: URL options of the sync broker that concern firing, which this client never does.
 FIRING_OPTIONS = ("fire", "fire_chunk")
 
 
 class AsyncRedisBroker(AsyncAdapterBase):
-    """Send, abort, query, pending and stats on Redis, awaited; see
+    """Send, abort, query, pending, stats, reschedule, abort_prefix and find_pending on
+    Redis, awaited; see
     :class:`~broker_adapter.async_base.AsyncBrokerAdapter` for each call.
 
     :param client: a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` (bytes
@@ -87,6 +110,7 @@ class AsyncRedisBroker(AsyncAdapterBase):
             max_batch=max_batch,
         )
         self.max_body_bytes = max_body_bytes
+        self._body_limit = max_body_bytes
         self._max_delay_ms = max_delay_ms
         self._retention_ms = retention_ms
         self._client = client
@@ -186,6 +210,50 @@ class AsyncRedisBroker(AsyncAdapterBase):
                 pipe.hgetall(key)
             hashes = await pipe.execute()
         return build_stats(hashes)
+
+    async def _reschedule(
+        self,
+        msg_id: str | None,
+        key: str | None,
+        topic: str | None,
+        due: NewDue,
+        body: bytes | None,
+    ) -> RescheduleResult:
+        now = self._clock.now_ms()
+        at = due.resolve(now, self._max_delay_ms, RESCHEDULE_PAST_TOLERANCE_MS)
+        limit = self._body_limit
+        call = reschedule_call(self._keys, msg_id, key, topic, at, body, limit, now)
+        if call is None:
+            return RescheduleResult(RescheduleStatus.NOT_FOUND, msg_id, None)
+        shard, (name, due_key, args) = call
+        with redis_errors("reschedule"):
+            reply = await self._scripts.call(name, due_key, args)
+        return reschedule_result(shard, msg_id, reply, limit)[0]  # firers hear the wake
+
+    async def _abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
+        job = PrefixAbort(self._keys, topic, key_prefix, self._retention_ms)
+        with redis_errors("abort_prefix"):
+            while calls := job.calls():
+                job.feed(await self._scripts.pipeline(calls))
+        return job.result()
+
+    async def _find_pending(
+        self,
+        topic: str | None,
+        key_prefix: str | None,
+        tag: str | None,
+        start_ms: int | None,
+        end_ms: int | None,
+        limit: int,
+        cursor: str | None,
+        with_body: bool,
+    ) -> PendingPage:
+        calls = find_calls(
+            self._keys, topic, key_prefix, tag, start_ms, end_ms, limit, cursor, with_body
+        )
+        with redis_errors("find_pending"):
+            replies = await self._scripts.pipeline(calls)
+        return find_page(replies, topic, limit, with_body)
 
     async def _close(self) -> None:
         await self._sender.wait_idle()  # sends accepted before close are answered

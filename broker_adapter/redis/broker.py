@@ -5,7 +5,8 @@ share one Redis (``redis://``, ``rediss://``) or Redis Cluster (``redis+cluster:
 Every multi-key step is one Lua script on one shard (see
 :mod:`broker_adapter.redis.keys` for the keyspace, each ``*.lua`` header for the
 keys it touches). Time comes from the injected clock and enters every script as
-an argument. Durability is Redis's: with ``appendonly yes`` and
+an argument (rate limits and semaphores on the system clock use the Redis server's
+``TIME`` instead: one clock for all clients). Durability is Redis's: with ``appendonly yes`` and
 ``appendfsync always`` an acknowledged send survives a Redis crash.
 """
 
@@ -23,10 +24,11 @@ from broker_adapter.base import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_DELAY_MS,
     DEFAULT_RETENTION_MS,
+    RESCHEDULE_PAST_TOLERANCE_MS,
     Consumer,
     retry_topic,
 )
-from broker_adapter.checks import check_positive_settings
+from broker_adapter.checks import NewDue, check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.message import Message
 from broker_adapter.redis import keys as K
@@ -46,6 +48,15 @@ from broker_adapter.redis.consumer import RedisConsumer
 from broker_adapter.redis.firer import Firer, Listener
 from broker_adapter.redis.keys import Keyspace
 from broker_adapter.redis.news import ReadyNews
+from broker_adapter.redis.runtime_calls import (
+    PrefixAbort,
+    find_calls,
+    find_page,
+    rate_call,
+    reschedule_call,
+    reschedule_result,
+    slot_call,
+)
 from broker_adapter.redis.scripts import Scripts, redis_errors
 from broker_adapter.redis.views import build_stats, build_view, record_view
 from broker_adapter.results import (
@@ -53,6 +64,10 @@ from broker_adapter.results import (
     AbortStatus,
     BrokerStats,
     MessageView,
+    PendingPage,
+    PrefixAbortResult,
+    RescheduleResult,
+    RescheduleStatus,
     SendResult,
 )
 
@@ -101,6 +116,7 @@ class RedisBroker(AdapterBase):
             fire_chunk=fire_chunk,
         )
         self.max_body_bytes = max_body_bytes
+        self._body_limit = max_body_bytes
         self._max_delay_ms = max_delay_ms
         self._retention_ms = retention_ms
         self._client = client
@@ -238,6 +254,82 @@ class RedisBroker(AdapterBase):
             hashes = pipe.execute()
         return build_stats(hashes)
 
+    # -- runtime calls ------------------------------------------------------------------------
+
+    def _reschedule(
+        self,
+        msg_id: str | None,
+        key: str | None,
+        topic: str | None,
+        due: NewDue,
+        body: bytes | None,
+    ) -> RescheduleResult:
+        """See :meth:`BrokerAdapter.reschedule`: one ``reschedule.lua`` call on the
+        message's shard, atomic against the firers there. The new due is resolved on
+        the broker's clock, as a send's is."""
+        now = self._clock.now_ms()
+        at = due.resolve(now, self._max_delay_ms, RESCHEDULE_PAST_TOLERANCE_MS)
+        limit = self._body_limit
+        call = reschedule_call(self._keys, msg_id, key, topic, at, body, limit, now)
+        if call is None:
+            return RescheduleResult(RescheduleStatus.NOT_FOUND, msg_id, None)
+        shard, (name, due_key, args) = call
+        with redis_errors("reschedule"):
+            reply = self._scripts.call(name, due_key, args)
+        result, wake = reschedule_result(shard, msg_id, reply, limit)
+        if wake >= 0:
+            self._firer.note_due(shard, wake)
+        return result
+
+    def _abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
+        """See :meth:`BrokerAdapter.abort_prefix`: rounds of ``abort_prefix.lua`` calls,
+        one per shard still going, each at most
+        :data:`~broker_adapter.redis.runtime_calls.ABORT_CHUNK` keys."""
+        job = PrefixAbort(self._keys, topic, key_prefix, self._retention_ms)
+        with redis_errors("abort_prefix"):
+            while calls := job.calls():
+                job.feed(self._scripts.pipeline(calls))
+        return job.result()
+
+    def _find_pending(
+        self,
+        topic: str | None,
+        key_prefix: str | None,
+        tag: str | None,
+        start_ms: int | None,
+        end_ms: int | None,
+        limit: int,
+        cursor: str | None,
+        with_body: bool,
+    ) -> PendingPage:
+        """See :meth:`BrokerAdapter.find_pending`: one ``find.lua`` call per shard."""
+        calls = find_calls(
+            self._keys, topic, key_prefix, tag, start_ms, end_ms, limit, cursor, with_body
+        )
+        with redis_errors("find_pending"):
+            replies = self._scripts.pipeline(calls)
+        return find_page(replies, topic, limit, with_body)
+
+    def _acquire_rate(self, bucket: str, limit: int, period_ms: int) -> int:
+        """See :meth:`BrokerAdapter.acquire_rate`: ``rate.lua`` (GCRA) on one key."""
+        name, key, args = rate_call(self._keys, bucket, limit, period_ms, self._clock)
+        with redis_errors("acquire_rate"):
+            return int(self._scripts.call(name, key, args))
+
+    def _acquire_slot(self, name: str, limit: int, holder: str, lease_ms: int) -> bool:
+        """See :meth:`BrokerAdapter.acquire_slot`: ``slot.lua`` on one key."""
+        script, key, args = slot_call(
+            self._keys, "acquire", name, holder, limit, lease_ms, self._clock
+        )
+        with redis_errors("acquire_slot"):
+            return bool(self._scripts.call(script, key, args))
+
+    def _release_slot(self, name: str, holder: str) -> bool:
+        """See :meth:`BrokerAdapter.release_slot`: ``slot.lua`` on one key."""
+        script, key, args = slot_call(self._keys, "release", name, holder, 1, 1, self._clock)
+        with redis_errors("release_slot"):
+            return bool(self._scripts.call(script, key, args))
+
     def _consumer(self, group: str, names: tuple[str, ...], limits: ConsumerLimits) -> Consumer:
         """See :meth:`BrokerAdapter.consumer`."""
         subscribed = (*names, retry_topic(group))
@@ -276,5 +368,10 @@ class RedisBroker(AdapterBase):
         self._news.tell(())  # waiting pulls see that
         try:
             self._client.close()
+            if isinstance(self._client, redis.RedisCluster):
+                # RedisCluster.close leaves its nodes' pooled sockets open (redis-py 8)
+                for node in self._client.get_nodes():  # type: ignore[no-untyped-call]
+                    if node.redis_connection is not None:
+                        node.redis_connection.connection_pool.disconnect()
         except (redis.RedisError, OSError):
             log.debug("closing the Redis client failed", exc_info=True)

@@ -16,6 +16,10 @@
 --   B.."rdy:<group>"     zset  + fired / expired messages                 (written)
 --   B.."inf:<group>"     zset  - expired deliveries                       (read, written)
 --   B.."stat"            hash  p|, f|, r|, i| counters                    (written)
+--   B.."kt"              zset  + "<topic>\0<key>" of each keyed fire, score = now +
+--                              retention; its due members are trimmed      (read, written)
+--   B.."kx"              zset  - members whose k: entry expired (the trim)   (written)
+--   B.."k:<topic>\0<key>" PTTL read by the trim                             (read)
 -- ARGV: [1] now ms, [2] max entries per shard, [3] retention ms, [4] ready channel ("" =
 --       nobody else listens: publish nothing), [5] origin; then triples [shard base, shard
 --       number, 1 = also look at in-flight deadlines (else 0)]. One message
@@ -33,7 +37,7 @@ local due_key = base .. 'due'
 local items = redis.call('ZRANGEBYSCORE', due_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 local cnt = {}
 local function add(f, d) cnt[f] = (cnt[f] or 0) + d end
-local subs_of, touched, members, gone, gone_order = {}, {}, {}, {}, {}
+local subs_of, touched, members, gone, gone_order, trims = {}, {}, {}, {}, {}, {}
 local moved = 0
 for i = 1, #items, 2 do
   local member, score = items[i], items[i + 1]
@@ -79,7 +83,12 @@ for i = 1, #items, 2 do
       redis.call('HSET', mk, unpack(h))
       redis.call('PEXPIRE', mk, retention)
       redis.call('SET', base .. 'b:' .. member, r[7], 'PX', retention)
-      if key ~= '' then redis.call('PEXPIRE', base .. 'k:' .. topic .. '\0' .. key, retention) end
+      if key ~= '' then
+        local field = topic .. '\0' .. key
+        redis.call('PEXPIRE', base .. 'k:' .. field, retention)
+        trims[#trims + 1] = now + tonumber(retention)
+        trims[#trims + 1] = field
+      end
       redis.call('ZADD', base .. 'log:' .. topic, score, member)
       add('p|' .. topic, -1); add('f|' .. topic, 1)
       touched[topic] = true
@@ -93,6 +102,27 @@ end
 for _, pk in ipairs(gone_order) do
   local l = gone[pk]
   for i = 1, #l, 1000 do redis.call('HDEL', pk, unpack(l, i, math.min(i + 999, #l))) end
+end
+local kt, kx = base .. 'kt', base .. 'kx'
+for i = 1, #trims, 1000 do
+  redis.call('ZADD', kt, unpack(trims, i, math.min(i + 999, #trims)))
+end
+-- the key lex index keeps a fired key while its k: entry lives (retention): drop the
+-- ones whose entry expired; queue again those Redis has not expired yet (its clock is
+-- not the broker's); one pending again (re-sent) stays and leaves the queue
+local old = redis.call('ZRANGEBYSCORE', kt, '-inf', now, 'LIMIT', 0, limit)
+if #old > 0 then
+  local drop, again = {}, {}
+  for _, m in ipairs(old) do
+    local ttl = redis.call('PTTL', base .. 'k:' .. m)
+    if ttl == -2 then drop[#drop + 1] = m
+    elseif ttl > 0 then again[#again + 1] = now + ttl; again[#again + 1] = m end
+  end
+  for i = 1, #old, 1000 do redis.call('ZREM', kt, unpack(old, i, math.min(i + 999, #old))) end
+  for i = 1, #drop, 1000 do redis.call('ZREM', kx, unpack(drop, i, math.min(i + 999, #drop))) end
+  for i = 1, #again, 1000 do
+    redis.call('ZADD', kt, unpack(again, i, math.min(i + 999, #again)))
+  end
 end
 for topic, _ in pairs(touched) do
   redis.call('ZREMRANGEBYSCORE', base .. 'log:' .. topic, '-inf', '(' .. (now - tonumber(retention)))

@@ -41,7 +41,33 @@ shards spread evenly over the masters. Per shard (``B`` = ``<prefix>:{<tag>}:``)
     B inf:<group>    zset   pulled by <group>, not acked (score = invisible-time deadline)
     B stat           hash   counters: "p|<topic>" pending, "f|<topic>" fired,
                             "r|<group>|<topic>" ready, "i|<group>|<topic>" in flight,
-                            "a|<group>" acked, "d|<group>" dead
+                            "a|<group>" acked, "d|<group>" dead. A topic is *known*
+                            (``abort_prefix``/``find_pending`` do not raise UnknownTopic)
+                            when some shard has its "p|" or "f|" field: every send writes
+                            it and nothing deletes it, so the check costs the hot path
+                            nothing.
+    B kx             zset   the key lex index: score 0, member "<topic>\0<key>" of every
+                            key whose entry ``k:`` names a pending or fired message (not
+                            an aborted one), so ``ZRANGEBYLEX [<topic>\0<prefix>
+                            (<topic>\0<prefix>\xff`` finds a topic's keys under a prefix
+                            without SCAN. Written by send (a new keyed message), removed
+                            by abort and abort_prefix, and by fire's trim once the
+                            entry's retention ran out (stale members met by a reader are
+                            skipped, and removed by abort_prefix).
+    B kt             zset   the trim queue of ``kx``: member "<topic>\0<key>" of a fired
+                            keyed message, score = when its ``k:`` entry expires (broker
+                            time). ``fire.lua`` takes the members whose time has come:
+                            an entry gone leaves ``kx``; one still alive (the clocks of
+                            Redis and the broker differ) is queued again at its PTTL; one
+                            pending again (re-sent) just leaves the queue.
+    <prefix>:rl:<bucket>  string  a rate limit (``acquire_rate``): the GCRA's theoretical
+                            arrival time (epoch ms, fractional); expires when the bucket
+                            is full again, so idle buckets vanish.
+    <prefix>:sem:<name>   zset    a semaphore (``acquire_slot``): member = holder, score =
+                            its lease's end (epoch ms); expired leases are removed by
+                            each call, and the key expires with its last lease.
+                            Rate and semaphore scripts touch this one key, so on a
+                            cluster each call is in one slot whatever the name.
 
 Keyed messages go to shard ``crc32(topic NUL key) mod N`` (so the key index
 and the message share a slot); others rotate over the shards. A message id is
@@ -87,6 +113,10 @@ LOG = "log:"
 READY = "rdy:"
 INFLIGHT = "inf:"
 STAT = "stat"
+KEY_LEX = "kx"
+KEY_TRIM = "kt"
+RATE = "rl:"
+SEMAPHORE = "sem:"
 WAKE_CHANNEL = "wake"
 READY_CHANNEL = "ready"
 
@@ -159,6 +189,14 @@ class Keyspace:
     def shards(self) -> int:
         """The number of shards."""
         return len(self.bases)
+
+    def rate_key(self, bucket: str) -> str:
+        """The key of rate limit ``bucket``."""
+        return f"{self.prefix}:{RATE}{bucket}"
+
+    def slot_key(self, name: str) -> str:
+        """The key of semaphore ``name``."""
+        return f"{self.prefix}:{SEMAPHORE}{name}"
 
 
 def key_shard(topic: str, key: str, count: int) -> int:

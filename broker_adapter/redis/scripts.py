@@ -46,6 +46,11 @@ NAMES = (
     "pending",
     "extend",
     "ack_batch",
+    "reschedule",
+    "abort_prefix",
+    "find",
+    "rate",
+    "slot",
 )
 
 #: Scripts whose shard loop must not run twice: a call that failed part way (a key of

@@ -10,6 +10,8 @@
 --   B.."k:<topic>\0<key>" string "<n>|<asked ms>|<due ms>": the key index entry (read,
 --                       written; no TTL while its message is pending)
 --   B.."m:<n>"          hash  s (read: F = fired, for the duplicate rule)
+--   B.."kx"             zset  + "<topic>\0<key>" (score 0) of each new keyed message: the
+--                       key lex index                                (written)
 --   B.."stat"           hash  "p|<topic>" += sent                   (written)
 -- A record is 15 digits of due ms, "k" (keyed) or "-", then a msgpack array {topic, due,
 -- born, key, tags, props, body, asked due} ("" for none): the due and the flag can be read
@@ -29,7 +31,7 @@ local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
 local old_head = head[2] and tonumber(head[2]) or nil
 local start = redis.call('INCRBY', base .. 'n', count) - count
 local seq = start
-local counts, zargs, dups, batch_keys = {}, {}, {}, {}
+local counts, zargs, dups, batch_keys, lex = {}, {}, {}, {}, {}
 for t = at, first - 1, 2 do counts[ARGV[t]] = tonumber(ARGV[t + 1]) end
 local min_due = nil
 local idx = 0
@@ -71,6 +73,8 @@ for a = first, last do
       local sdue = string.format('%d', d)
       redis.call('SET', base .. 'k:' .. field, n .. '|' .. asked .. '|' .. sdue)
       batch_keys[field] = {n, sdue}
+      lex[#lex + 1] = 0
+      lex[#lex + 1] = field
       counts[topic] = (counts[topic] or 0) + 1
     end
     local bk = bucket_of(seq)
@@ -93,6 +97,9 @@ for _, bk in ipairs(bucket_order) do
 end
 for i = 1, #zargs, 1000 do
   redis.call('ZADD', due_key, unpack(zargs, i, math.min(i + 999, #zargs)))
+end
+for i = 1, #lex, 1000 do
+  redis.call('ZADD', base .. 'kx', unpack(lex, i, math.min(i + 999, #lex)))
 end
 for topic, c in pairs(counts) do
   if c > 0 then redis.call('HINCRBY', base .. 'stat', 'p|' .. topic, c) end

@@ -90,9 +90,9 @@ def record_view(msg_id: str, record: bytes) -> MessageView:
     )
 
 
-def pending_view(msg_id: str, row: Sequence[Any]) -> MessageView:
-    """A ``PENDING`` view from a ``pending.lua`` row
-    ``(n, due, topic, born, key, tags, body size, deliveries)``."""
+def pending_view(msg_id: str, row: Sequence[Any], body: bytes | None = None) -> MessageView:
+    """A ``PENDING`` view from a ``pending.lua`` or ``find.lua`` row
+    ``(n, due, topic, born, key, tags, body size, deliveries)``, with ``body`` if given."""
     return MessageView(
         msg_id=msg_id,
         topic=row[2].decode(),
@@ -103,6 +103,7 @@ def pending_view(msg_id: str, row: Sequence[Any]) -> MessageView:
         key=_text(row[4] or None),
         tags=_text(row[5] or None),
         body_size=int(row[6]),
+        body=body,
     )
 
 
