@@ -8,7 +8,8 @@ A page reads on from a position ``(due_ms, seq)``, the cursor (see
 :func:`encode_cursor`), in the store's :class:`~broker_adapter.memory.due_index.DueIndex`,
 looking at no more than :data:`SCAN_BUDGET` messages per call; a page cut short by
 the budget still carries a cursor. With a ``key_prefix`` the candidates are the
-keys under the prefix instead (one pass over the store's keys), sorted by due time.
+keys under the prefix instead (a slice of the store's sorted key index), sorted by
+due time: a narrow prefix costs its own keys, not the store's.
 """
 
 from __future__ import annotations
@@ -83,8 +84,10 @@ def find_pending(
         copies: Iterator[Copy]
         if key_prefix is not None:
             assert topic is not None  # the base checked
+            keys = dict.fromkeys(store.keys_under(topic, key_prefix))  # each once
+            keyed = (store.keyed(topic, k) for k in keys)
             candidates = sorted(
-                (c for _k, m in store.keyed_under(topic, key_prefix) if (c := m.copy) is not None),
+                (c for m in keyed if m is not None and (c := m.copy) is not None),
                 key=lambda c: (c.due_ms, c.seq),
             )
             copies = (c for c in candidates if (c.due_ms, c.seq) > after)

@@ -4,9 +4,9 @@ Both follow :meth:`~broker_adapter.base.BrokerAdapter.reschedule` and
 :meth:`~broker_adapter.base.BrokerAdapter.abort_prefix`. A reschedule is one step
 under the store's lock: the store fires what is due first, so a message whose time
 has come is ``ALREADY_DELIVERED`` and one that is moved never fires at its old time.
-``abort_prefix`` finds the keys under the prefix in one pass over the store's keys
-(O(keys known), under the lock), then aborts them :data:`CHUNK` at a time, taking
-the lock per chunk, so sends, pulls and firing go on in between.
+``abort_prefix`` reads the keys under the prefix from the store's sorted key index
+(one slice), then aborts them :data:`CHUNK` at a time, taking the lock per chunk,
+so sends, pulls and firing go on in between.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def abort_prefix(store: MemoryStore, topic: str, key_prefix: str) -> PrefixAbort
         store.tick()
         if not store.knows(topic):
             raise UnknownTopic(topic)
-        keys = [k for k, _msg in store.keyed_under(topic, key_prefix)]
+        keys = store.keys_under(topic, key_prefix)
+    keys = list(dict.fromkeys(keys))  # each once (the index may list one twice)
     aborted = 0
     delivered: list[str] = []
     delivered_count = 0

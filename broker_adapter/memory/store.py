@@ -24,6 +24,7 @@ from broker_adapter.coordination import LeaseSemaphores, RateBuckets
 from broker_adapter.errors import InvalidDelay
 from broker_adapter.memory.due_index import DueIndex
 from broker_adapter.memory.groups import MemoryGroup
+from broker_adapter.memory.key_index import KeyIndex
 from broker_adapter.memory.records import Copy, Flight, StoredMessage, TopicLog
 from broker_adapter.message import Message
 from broker_adapter.results import (
@@ -58,7 +59,7 @@ class MemoryStore:
         self._prefix = f"m{next(_ids)}-"  # ids of two memory brokers never collide
         self._seq = itertools.count(1)
         self._receipts = itertools.count(1)
-        self._keys: dict[tuple[str, str], StoredMessage] = {}
+        self._keys = KeyIndex()
         self._wheel: list[tuple[int, int, Copy]] = []
         self._cancelled = 0  # cancelled copies still in _wheel
         #: The pending first sends in due order (see find_pending).
@@ -186,7 +187,7 @@ class MemoryStore:
             self._schedule(Copy(stored, m.topic, due, 0, seq))
             result = SendResult(SendStatus.OK, stored.msg_id, due)
             if index is not None:
-                self._keys[index] = stored
+                self._keys.put(m.topic, index[1], stored)
                 in_batch[index] = result
             results.append(result)
         self.tick()  # what is due now fires now
@@ -195,7 +196,7 @@ class MemoryStore:
     def _duplicate_of(self, index: tuple[str, str], asked: int) -> SendResult | None:
         """The earlier send a keyed send duplicates: its key's message is pending, or
         fired (not aborted) and was asked for the same due ms."""
-        old = self._keys.get(index)
+        old = self._keys.get(*index)
         if old is None or old.aborted:
             return None
         if old.fired_ms is None or old.asked_ms == asked:
@@ -246,16 +247,12 @@ class MemoryStore:
 
     def keyed(self, topic: str, key: str) -> StoredMessage | None:
         """The last message sent to ``topic`` with ``key`` that the store still knows."""
-        return self._keys.get((topic, key))
+        return self._keys.get(topic, key)
 
-    def keyed_under(self, topic: str, prefix: str) -> list[tuple[str, StoredMessage]]:
-        """``(key, last message with that key)`` of ``topic`` for the keys starting with
-        ``prefix``, in key order (a pass over every key the store knows)."""
-        found = [
-            (k, msg) for (t, k), msg in self._keys.items() if t == topic and k.startswith(prefix)
-        ]
-        found.sort(key=lambda pair: pair[0])
-        return found
+    def keys_under(self, topic: str, prefix: str) -> list[str]:
+        """The keys of ``topic`` the store knows that start with ``prefix``, in key
+        order (see :class:`~broker_adapter.memory.key_index.KeyIndex`). Lock held."""
+        return self._keys.under(topic, prefix)
 
     def abort(self, msg_id: str | None, key: str | None, topic: str | None) -> AbortResult:
         """See ``BrokerAdapter.abort``. Lock held."""
@@ -266,7 +263,7 @@ class MemoryStore:
                 return AbortResult(AbortStatus.NOT_FOUND, msg_id)
         else:
             assert key is not None and topic is not None
-            found = self._keys.get((topic, key))
+            found = self._keys.get(topic, key)
             if found is None:
                 return AbortResult(AbortStatus.NOT_FOUND, None)
             stored = found
@@ -346,8 +343,8 @@ class MemoryStore:
 
     def _forget(self, msg: StoredMessage) -> None:
         self.messages.pop(msg.msg_id, None)
-        if msg.key is not None and self._keys.get((msg.topic, msg.key)) is msg:
-            del self._keys[(msg.topic, msg.key)]
+        if msg.key is not None:
+            self._keys.drop(msg.topic, msg.key, msg)
         for group in self.groups.values():
             group.forget(msg.msg_id)
 

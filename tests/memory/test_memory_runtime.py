@@ -16,6 +16,7 @@ from broker_adapter.clock import ManualClock
 from broker_adapter.memory import MemoryBroker
 from broker_adapter.memory.due_index import BUCKET_MS, DueIndex
 from broker_adapter.memory.finder import SCAN_BUDGET
+from broker_adapter.memory.key_index import KeyIndex
 from broker_adapter.memory.records import Copy, StoredMessage
 from broker_adapter.message import Message
 from broker_adapter.results import RescheduleResult, RescheduleStatus
@@ -52,6 +53,36 @@ def test_due_index_reads_on_in_due_order_like_a_sorted_list(
         (c for c in model.values() if (c.due_ms, c.seq) > after), key=lambda c: (c.due_ms, c.seq)
     )
     assert list(index.after(after)) == expected
+
+
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["put", "drop", "under"]),
+            st.sampled_from(["t", "u"]),
+            st.text(alphabet="ab:\U0010ffff", min_size=1, max_size=4),
+        ),
+        max_size=60,
+    )
+)
+def test_key_index_lists_the_keys_under_a_prefix_like_a_dict(
+    ops: list[tuple[str, str, str]],
+) -> None:
+    index = KeyIndex()
+    model: dict[tuple[str, str], StoredMessage] = {}
+    for op, topic, key in ops:
+        if op == "put":
+            msg = _copy(0, len(model)).message
+            index.put(topic, key, msg)
+            model[(topic, key)] = msg
+        elif op == "drop" and (topic, key) in model:
+            index.drop(topic, key, model.pop((topic, key)))
+        else:
+            prefix = key[:2]
+            listed = [k for k in dict.fromkeys(index.under(topic, prefix)) if index.get(topic, k)]
+            expected = sorted(k for t, k in model if t == topic and k.startswith(prefix))
+            assert listed == expected
+            assert all(index.get(topic, k) is model[(topic, k)] for k in listed)
 
 
 def test_find_pending_does_bounded_work_and_keeps_a_cursor_on_short_pages() -> None:
