@@ -11,6 +11,8 @@ so sends, pulls and firing go on in between.
 
 from __future__ import annotations
 
+import time
+
 from broker_adapter.base import RESCHEDULE_PAST_TOLERANCE_MS
 from broker_adapter.checks import NewDue
 from broker_adapter.errors import MessageTooLarge, UnknownTopic
@@ -91,6 +93,7 @@ def abort_prefix(store: MemoryStore, topic: str, key_prefix: str) -> PrefixAbort
                     continue
                 store.abort_pending(stored)
                 aborted += 1
+        time.sleep(0)  # let a waiting pull (which fires what is due) take the lock
     return PrefixAbortResult(aborted, tuple(delivered), delivered_count)
 
 
