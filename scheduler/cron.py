@@ -231,8 +231,9 @@ class CronPlanner:
         """Make sure every schedule's next occurrence after ``now_ms`` is armed: the
         registry's cron jobs (but the paused ones) and the stored schedules that
         are not paused. Reads the stored records once (and keeps them from ever
-        falling due); arms in batches. Idempotent: an occurrence already armed (by
-        this or any other scheduler on the broker) is not armed again.
+        falling due); arms in batches what this planner has not armed itself.
+        Idempotent: an occurrence already armed (by this or any other scheduler on
+        the broker) is not armed again.
 
         :param now_ms: epoch ms; the app's clock by default.
         :returns: how many occurrences were newly armed.
@@ -250,8 +251,21 @@ class CronPlanner:
                 plans.append(self.plan_of_def(d))
         if stored:
             self.store.keep_alive(stored)
-        occurrences = [(p, t) for p in plans if (t := p.next_after(now)) is not None]
+        occurrences = [
+            (p, t) for p in plans if (t := p.next_after(now)) is not None and not self._knows(p, t)
+        ]
         return sum(r.status is SendStatus.OK for r in self._send(occurrences))
+
+    def _knows(self, plan: Plan, fire_ms: int) -> bool:
+        """Whether this planner armed (or found armed) ``plan``'s occurrence ``fire_ms``:
+        a periodic ``arm_all`` sends only the others (the broker would answer
+        ``DUPLICATE`` anyway; with thousands of schedules the sends add up)."""
+        with self._lock:
+            armed = self._armed.get(plan.series)
+            if not armed:
+                return False
+            i = bisect.bisect_left(armed, fire_ms)
+            return i < len(armed) and armed[i] == fire_ms
 
     # -- firing -------------------------------------------------------------------------
 
@@ -281,6 +295,7 @@ class CronPlanner:
             return None
         d = self.store.current(name)
         if d is None or d.source != "data":
+            self._forget(name)
             return Firing(None, reason="its schedule was removed")
         if d.paused:
             return Firing(None, reason=f"paused (version {d.version})")
@@ -295,6 +310,14 @@ class CronPlanner:
             return Firing(None, reason=why, dead=True)
         call = None if body == plan.body else d.call()
         return Firing(self._spec_of(d, plan, job), run, "" if run else MISFIRE_SKIPPED, call=call)
+
+    def _forget(self, name: str) -> None:
+        """Drop what is cached of a stored schedule that is gone."""
+        self._def_plans.pop(name, None)
+        self._def_specs.pop(name, None)
+        with self._lock:
+            for series in [s for s in self._armed if s.partition("\x00")[0] == name]:
+                del self._armed[series]
 
     def _spec_of(self, d: ScheduleDef, plan: Plan, job: JobSpec) -> CronSpec:
         cached = self._def_specs.get(d.name)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from scheduler.interval import IntervalTrigger
-from scheduler.plan import Plan
 from scheduler.schedule_def import ScheduleDef
 from scheduler.spec import CronSpec
 
@@ -56,8 +56,9 @@ class ScheduleInfo:
     @property
     def next_fire_times(self) -> tuple[datetime, ...]:
         """:attr:`next_fire_ms` as aware datetimes in the schedule's zone."""
-        trigger = Plan.of_def(self.definition).trigger
-        return tuple(trigger.local(t) for t in self.next_fire_ms)
+        d = self.definition
+        zone = ZoneInfo(d.tz)
+        return tuple(datetime.fromtimestamp(t / 1000, zone) for t in self.next_fire_ms)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (``chronoq schedules list --json``)."""

@@ -26,13 +26,20 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from broker_adapter.base import BrokerAdapter
 from broker_adapter.errors import DecodeError, UnknownTopic
 from broker_adapter.message import Message
-from broker_adapter.results import AbortStatus, MessageState, RescheduleStatus, SendStatus
+from broker_adapter.results import (
+    AbortStatus,
+    MessageState,
+    MessageView,
+    RescheduleStatus,
+    SendStatus,
+)
 from scheduler.schedule_def import ScheduleDef
 
 _log = logging.getLogger("chronoq.scheduler.ScheduleStore")
@@ -47,13 +54,30 @@ HORIZON_MS = 365 * 24 * 3600 * 1000
 #: Random spread of a record's due time, so two writes (even concurrent ones)
 #: leave different due times: a cached copy's check compares them.
 _SPREAD_MS = 1 << 20
+_ESCAPED = re.compile("%(25|3A)")
 #: Records read per page.
 _PAGE = 500
+#: Changed records ``read_all`` reads one by one; past this, it reads them all again.
+_REREAD_ONE_BY_ONE = 50
 
 
 def record_key(name: str) -> str:
     """The key of schedule ``name``'s record: ``schedule:<escaped name>:``."""
     return f"{RECORD_PREFIX}{name.replace('%', '%25').replace(':', '%3A')}:"
+
+
+def name_of_key(key: str) -> str | None:
+    """The schedule name a record key stands for, or ``None`` for another key."""
+    if (
+        not key.startswith(RECORD_PREFIX)
+        or not key.endswith(":")
+        or len(key) <= len(RECORD_PREFIX) + 1
+    ):
+        return None
+    escaped = key[len(RECORD_PREFIX) : -1]
+    if ":" in escaped:
+        return None
+    return _ESCAPED.sub(lambda m: "%" if m.group(1) == "25" else ":", escaped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +110,9 @@ class ScheduleStore:
 
     # -- reading ------------------------------------------------------------------------
 
-    def _pages(self, key_prefix: str) -> list[StoredSchedule]:
+    def _views(self, key_prefix: str, with_body: bool) -> Iterator[MessageView]:
+        """Every pending record under ``key_prefix``, page by page."""
         broker = self._broker()
-        out: list[StoredSchedule] = []
         cursor: str | None = None
         while True:
             try:
@@ -97,31 +121,60 @@ class ScheduleStore:
                     key_prefix=key_prefix,
                     limit=_PAGE,
                     cursor=cursor,
-                    with_body=True,
+                    with_body=with_body,
                 )
             except UnknownTopic:
-                return out  # no schedule was ever stored on this broker
-            for view in page.messages:
-                if view.body is None or view.key is None:
-                    continue
-                try:
-                    d = ScheduleDef.from_json(view.body)
-                except DecodeError as e:
-                    _log.warning(
-                        "schedule record %s (msg %s) ignored: %s", view.key, view.msg_id, e
-                    )
-                    continue
-                if record_key(d.name) == view.key:
-                    out.append(StoredSchedule(d, view.msg_id, view.deliver_at_ms))
+                return  # no schedule was ever stored on this broker
+            yield from page.messages
             cursor = page.cursor
             if cursor is None:
-                return out
+                return
+
+    def _pages(self, key_prefix: str) -> list[StoredSchedule]:
+        out: list[StoredSchedule] = []
+        for view in self._views(key_prefix, with_body=True):
+            if view.body is None or view.key is None:
+                continue
+            try:
+                d = ScheduleDef.from_json(view.body)
+            except DecodeError as e:
+                _log.warning("schedule record %s (msg %s) ignored: %s", view.key, view.msg_id, e)
+                continue
+            if record_key(d.name) == view.key:
+                out.append(StoredSchedule(d, view.msg_id, view.deliver_at_ms))
+        return out
 
     def read_all(self) -> list[StoredSchedule]:
-        """Every stored schedule, in no particular order (pages through them all)."""
-        found = self._pages(RECORD_PREFIX)
-        for s in found:
-            self._cache[s.definition.name] = s
+        """Every stored schedule, in no particular order.
+
+        Lists the records without their bodies first: a record whose id and due
+        time match the copy read last is unchanged, so only the others are read
+        (each by key, or all again with bodies when many changed).
+        """
+        found: list[StoredSchedule] = []
+        changed: list[str] = []
+        for view in self._views(RECORD_PREFIX, with_body=False):
+            name = name_of_key(view.key or "")
+            if name is None:
+                continue
+            cached = self._cache.get(name)
+            if (
+                cached is not None
+                and cached.msg_id == view.msg_id
+                and cached.due_ms == view.deliver_at_ms
+            ):
+                found.append(cached)
+            else:
+                changed.append(name)
+        if len(changed) > _REREAD_ONE_BY_ONE:
+            found = self._pages(RECORD_PREFIX)
+            for s in found:
+                self._cache[s.definition.name] = s
+            return found
+        for name in changed:
+            stored = self.read(name)
+            if stored is not None:
+                found.append(stored)
         return found
 
     def read(self, name: str) -> StoredSchedule | None:
@@ -212,5 +265,6 @@ __all__ = [
     "SCHEDULES_TOPIC",
     "ScheduleStore",
     "StoredSchedule",
+    "name_of_key",
     "record_key",
 ]

@@ -92,7 +92,7 @@ class Schedules:
     def _info(self, d: ScheduleDef, plan: Plan | None = None) -> ScheduleInfo:
         times: list[int] = []
         if not d.paused:
-            plan = plan or Plan.of_def(d)
+            plan = plan or self._planner.plan_of_def(d)
             t: int | None = self._now()
             while len(times) < NEXT_TIMES and t is not None:
                 t = plan.next_after(t)
