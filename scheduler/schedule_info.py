@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 
 from scheduler.interval import IntervalTrigger
 from scheduler.schedule_def import ScheduleDef
+from scheduler.schedule_runs import LastRun
 from scheduler.spec import CronSpec
 
 #: How many next fire times a listing shows.
@@ -23,10 +24,13 @@ class ScheduleInfo:
     :param definition: the stored definition (for a cron job never paused, the
         code's, with version 0).
     :param next_fire_ms: its next fire times (epoch ms; empty when paused or ended).
+    :param last_run: its last run as the dispatchers recorded it (a few seconds
+        behind; see :mod:`scheduler.schedule_runs`), or ``None``.
     """
 
     definition: ScheduleDef
     next_fire_ms: tuple[int, ...]
+    last_run: LastRun | None = None
 
     @property
     def name(self) -> str:
@@ -68,6 +72,8 @@ class ScheduleInfo:
         doc["trigger"] = d.describe()
         doc["next_fire_ms"] = list(self.next_fire_ms)
         doc["next_fire_times"] = [t.isoformat() for t in self.next_fire_times]
+        last = self.last_run
+        doc["last_run"] = None if last is None else dataclasses.asdict(last)
         return doc
 
 

@@ -26,10 +26,12 @@ Guarantees (``memory://`` is not durable; everything else holds on every broker)
 * **update** replaces the record in one step (``reschedule`` with the new body),
   then aborts the pending occurrences and arms the new version's next one. An
   occurrence already delivered (being run) when the update lands runs as it was;
-  any occurrence armed from the old version (say by a dispatcher that was
-  arming it at that moment) is recognised at its fire time and dropped, and the
-  new version's next one armed. Two concurrent updates of one schedule: the last
-  write wins (no merge).
+  one armed from the old version afterwards (by a dispatcher that was arming it
+  at that moment) is checked at its fire time against the record: at a time the
+  new version has too, it runs with the new arguments; otherwise it is dropped
+  and the new version's next occurrence armed. So from the next occurrence on,
+  every run follows the new definition. Two concurrent updates of one schedule:
+  the last write wins (no merge).
 * **pause** stores ``paused`` then aborts the pending occurrences: nothing is
   armed or run for it afterwards (an occurrence already being run finishes).
   **resume** stores it un-paused and arms the next occurrence after now; the
@@ -57,6 +59,7 @@ from scheduler.plan import Plan
 from scheduler.schedule_def import ScheduleDef
 from scheduler.schedule_info import NEXT_TIMES, ScheduleInfo, def_of_cron
 from scheduler.schedule_options import def_from_options
+from scheduler.schedule_runs import LastRun, RunBook
 from scheduler.schedule_store import StoredSchedule
 from scheduler.spec import DEFAULT_MAX_CATCH_UP, Coalesce, CronSpec
 
@@ -78,6 +81,7 @@ class Schedules:
         self._app = app
         self._planner = app.planner
         self._store = app.planner.store
+        self._runs = RunBook(lambda: app.broker, lambda: app.clock.now_ms())
 
     def _job_topic(self, job: str) -> tuple[str, str]:
         spec = self._app.registry.get(job)  # raises JobNotFound
@@ -89,7 +93,9 @@ class Schedules:
     def _topic(self, spec: CronSpec) -> str:
         return spec.job.topic_or(self._app.settings.topic)
 
-    def _info(self, d: ScheduleDef, plan: Plan | None = None) -> ScheduleInfo:
+    def _info(
+        self, d: ScheduleDef, plan: Plan | None = None, last: LastRun | None = None
+    ) -> ScheduleInfo:
         times: list[int] = []
         if not d.paused:
             plan = plan or self._planner.plan_of_def(d)
@@ -98,19 +104,21 @@ class Schedules:
                 t = plan.next_after(t)
                 if t is not None:
                     times.append(t)
-        return ScheduleInfo(d, tuple(times))
+        return ScheduleInfo(d, tuple(times), last)
 
-    def _info_of(self, name: str, stored: StoredSchedule | None) -> ScheduleInfo:
+    def _info_of(
+        self, name: str, stored: StoredSchedule | None, last: LastRun | None = None
+    ) -> ScheduleInfo:
         cron = self._app.registry.find_cron(name)
         if cron is not None:
             plan = self._planner.plan_of_cron(cron)
             d = stored.definition if stored is not None else None
             if d is None or d.source != "decorator":
-                return self._info(def_of_cron(cron, plan.topic, version=0), plan)
-            return self._info(d, plan)
+                return self._info(def_of_cron(cron, plan.topic, version=0), plan, last)
+            return self._info(d, plan, last)
         if stored is None:
             raise ScheduleNotFound(name, [c.name for c in self._app.registry.crons()])
-        return self._info(stored.definition)
+        return self._info(stored.definition, None, last)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -119,14 +127,15 @@ class Schedules:
 
         :raises ScheduleNotFound: when there is none.
         """
-        return self._info_of(name, self._store.read(name))
+        return self._info_of(name, self._store.read(name), self._runs.read().get(name))
 
     def list(self) -> list[ScheduleInfo]:
         """Every schedule, sorted by name: the stored ones and this app's cron jobs
-        (one listing of the records)."""
+        (one listing of the records, one of the last runs)."""
         stored = {s.definition.name: s for s in self._store.read_all()}
+        runs = self._runs.read()
         names = set(stored) | {c.name for c in self._app.registry.crons()}
-        return [self._info_of(n, stored.get(n)) for n in sorted(names)]
+        return [self._info_of(n, stored.get(n), runs.get(n)) for n in sorted(names)]
 
     # -- adding and changing ------------------------------------------------------------
 

@@ -84,6 +84,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from workers.executors.factory import build_executors, open_trace
     from workers.routing import dedicated_group
     from workers.runner import run_app
+    from workers.schedule_runs import RunLog
 
     app = load_app(args.target)
     logging.basicConfig(level=args.log_level or app.settings.log_level, format=LOG_FORMAT)
@@ -94,7 +95,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if executors is not None or trace is not None:
         group = dedicated_group(app.settings.group, names) if names else None
         dispatcher = Dispatcher(
-            app, group=group, executors=executors, drain_timeout_s=args.drain_timeout, trace=trace
+            app,
+            group=group,
+            executors=executors,
+            drain_timeout_s=args.drain_timeout,
+            trace=trace,
+            hooks=[RunLog(app)],  # the last runs app.schedules.list() shows
         )
     try:
         run_app(

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from scheduler.runners import set_app_runner
 from workers.dispatcher import App, Dispatcher
+from workers.schedule_runs import RunLog
 
 _log = logging.getLogger("chronoq.workers.Runner")
 
@@ -132,12 +133,15 @@ def run_app(
         the app's topics (cron occurrences aside): for batch runs and demos.
     :param drain_timeout_s: how long running jobs may take to finish on stop.
     :param arm_interval_s: how often the schedules are armed again.
-    :param dispatcher: a ready-made dispatcher (custom executors); one is built otherwise.
+    :param dispatcher: a ready-made dispatcher (custom executors); one is built otherwise,
+        with a :class:`~workers.schedule_runs.RunLog` (give yours one to record the
+        schedules' last runs).
     :returns: messages processed.
     """
     stop = stop_event or threading.Event()
     _STOPS[app] = stop
-    dispatcher = dispatcher or Dispatcher(app, drain_timeout_s=drain_timeout_s)
+    if dispatcher is None:  # with the hook that records the schedules' last runs
+        dispatcher = Dispatcher(app, drain_timeout_s=drain_timeout_s, hooks=[RunLog(app)])
     restore = _install_signals(stop, dispatcher)
     armer: threading.Thread | None = None
     try:

@@ -214,3 +214,32 @@ def test_a_paused_cron_job_stays_paused_across_restarts(data_dir: Path) -> None:
         assert cron_key("tick", T0 + 10 * MIN) in {
             v.key for v in again.broker.pending(topic="chronoq.jobs")
         }
+
+
+def test_list_shows_the_last_run_recorded_by_run_app(data_dir: Path) -> None:
+    clock = ManualClock(T0)
+    with Scheduler(f"rocksdb://{data_dir}", clock=clock) as app:
+
+        @app.job(name="sync")
+        def sync(tenant: int) -> None:
+            if tenant == 2:
+                raise ValueError("tenant 2 is broken")
+
+        @app.every(60, name="beat")
+        def beat() -> None: ...
+
+        app.schedules.add("t1", "sync", every=60, args=(1,))
+        app.schedules.add("t2", "sync", every=60, args=(2,))
+        assert all(s.last_run is None for s in app.schedules.list())
+        app.planner.arm_all()
+        clock.set(T0 + MIN + 5 * S)  # the first occurrences are due: run them, then stop
+        run_app(app, exit_when_idle=True, drain_timeout_s=1)
+        last = {s.name: s.last_run for s in app.schedules.list()}
+        assert {n: (r.fire_ms, r.outcome) for n, r in last.items() if r is not None} == {
+            "beat": (T0 + MIN, "ok"),
+            "t1": (T0 + MIN, "ok"),
+            "t2": (T0 + MIN, "failed: ValueError"),
+        }
+        run = last["t1"]
+        assert run is not None and run.ended_ms >= run.started_ms >= T0 + MIN
+        assert app.schedules.get("t2").to_dict()["last_run"]["outcome"] == "failed: ValueError"
