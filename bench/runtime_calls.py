@@ -8,8 +8,9 @@ For each broker (``--broker embedded|memory|remote|redis|all``, or one ``--url``
 2. **reschedule**: ``--reschedules`` calls by id, then as many by key, each to a
    random time in the same hour, one thread;
 3. **find_pending**: pages of 100 (``--pages`` each at most) by tag (5 % match),
-   by a narrow key prefix (``tenant:7:``, 1 % match) and by a one-minute time
-   range, each read from the first page to the last, again and again;
+   by a key prefix (``tenant:7:``, 1 % match; ``tenant:7:order:1000``, one key)
+   and by a one-minute time range, each read from the first page to the last,
+   again and again for 2 s;
 4. **abort_prefix**: ``--abort-keys`` more messages keyed ``bulk:<i>`` (3 h ahead),
    then, while messages fire at ``--fire-rate``/s (default 1,000) into a consumer
    that pulls and acks on its own thread, one ``abort_prefix(topic, "bulk:")``.
@@ -154,6 +155,7 @@ def bench_find(broker: BrokerAdapter, max_pages: int, base: int) -> None:
     cases: list[tuple[str, dict[str, Any]]] = [
         ("by tag (5 %)", {"topic": TOPIC, "tag": "job3"}),
         ("by key prefix (1 %)", {"topic": TOPIC, "key_prefix": "tenant:7:"}),
+        ("by key prefix (1 key)", {"topic": TOPIC, "key_prefix": "tenant:7:order:1000"}),
         ("by time range (1 min)", {"topic": TOPIC, "start_ms": minute, "end_ms": minute + 60_000}),
     ]
     for label, filters in cases:
