@@ -233,9 +233,9 @@ def bench_abort_prefix(broker: BrokerAdapter, n: int, fire_rate: int) -> None:
     t = threading.Thread(target=consume, args=(c, stop, got, ready), daemon=True)
     t.start()
     ready.wait(10)
-    time.sleep(max(load_start + 4_000 - now_ms(), 0) / 1000)  # 4 s into the load
     pauses = GcPauses()
     gc.callbacks.append(pauses)
+    time.sleep(max(load_start + 4_000 - now_ms(), 0) / 1000)  # 4 s into the load
     a0 = now_ms()
     t0 = time.perf_counter()
     result = broker.abort_prefix(TOPIC, "bulk:")
