@@ -2,11 +2,12 @@
 
 It runs the scripts :class:`~broker_adapter.redis.broker.RedisBroker` runs, with the
 same keys and arguments (both build them with
-:mod:`~broker_adapter.redis.client_calls`): a message it sends is one a sync broker
-fires and delivers, a sync send is one it aborts or queries. It only sends and
-reads: firing and consuming stay with sync brokers (dispatchers). A send that makes
-a shard's head earlier wakes them as a sync send does, by ``send.lua``'s publish on
-the wake channel.
+:mod:`~broker_adapter.redis.client_calls` and
+:mod:`~broker_adapter.redis.runtime_calls`): a message it sends is one a sync broker
+fires and delivers, a sync send is one it aborts, reschedules or queries. It sends,
+changes pending messages and reads: firing and consuming stay with sync brokers
+(dispatchers). A send or reschedule that makes a shard's head earlier wakes them as
+a sync one does, by the script's publish on the wake channel.
 
 One instance belongs to one event loop (its connections do). Concurrent sends share
 script calls (:class:`~broker_adapter.redis.send_coalescer.SendCoalescer`).

@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ from broker_adapter.redis.runtime_calls import FIND_GATHER
 from broker_adapter.results import MessageView, RescheduleStatus, SendStatus
 from tests.conftest import START_MS
 from tests.helpers import eventually, pull_until
-from tests.redis_server import RedisClusterProcs
+from tests.redis_server import RedisClusterProcs, RedisSentinelProcs
 
 pytestmark = [pytest.mark.external_service, pytest.mark.timeout(240)]
 
@@ -121,7 +122,8 @@ def test_cluster_reschedule_find_and_abort_prefix_across_shards(cluster_url: str
         due_by_now = [
             m.key or ""
             for m in msgs
-            if not (m.key or "").startswith("user:2:") and m.deliver_at_ms <= START_MS + 3_500
+            if not (m.key or "").startswith("user:2:")
+            and (m.deliver_at_ms or 0) <= START_MS + 3_500
         ]
         got = pull_until(consumer, len(due_by_now))
         assert sorted(m.key or "" for m in got) == sorted(due_by_now)
@@ -231,7 +233,9 @@ def lex_members(url: str, broker: RedisBroker) -> tuple[set[bytes], set[bytes]]:
     client = redis.Redis.from_url(url)
     base = broker.keyspace.bases[0]
     try:
-        return set(client.zrange(base + "kx", 0, -1)), set(client.zrange(base + "kt", 0, -1))
+        kx: list[bytes] = client.zrange(base + "kx", 0, -1)  # type: ignore[assignment]
+        kt: list[bytes] = client.zrange(base + "kt", 0, -1)  # type: ignore[assignment]
+        return set(kx), set(kt)
     finally:
         client.close()
 
@@ -390,3 +394,43 @@ def test_rate_limit_and_semaphore_on_the_cluster(cluster_url: str) -> None:
         assert all(broker.acquire_rate(f"b{i}", 1, 60_000) > 0 for i in range(20))
         assert all(broker.acquire_slot(f"s{i}", 1, "h", 60_000) for i in range(20))
         assert not any(broker.acquire_slot(f"s{i}", 1, "g", 60_000) for i in range(20))
+
+
+# -- Sentinel: what the scripts wrote is on the promoted replica -------------------------
+
+
+def test_runtime_changes_survive_a_sentinel_failover(tmp_path: Path) -> None:
+    sentinel = RedisSentinelProcs(tmp_path / "sentinel").start()
+    try:
+        clock = ManualClock(START_MS)
+        with RedisBroker.from_url(sentinel.url, clock=clock) as broker:
+            sent = broker.send_batch(
+                [Message(T, b"x", key=f"order:{i}", delay_ms=60_000) for i in range(10)]
+            )
+            broker.reschedule(key="order:3", topic=T, delay_ms=1_000, body=b"moved")
+            assert broker.abort_prefix(T, "order:9").aborted == 1
+            assert [broker.acquire_rate("api", 3, 60_000) for _ in range(3)] == [0, 0, 0]
+            master = redis.Redis(host="127.0.0.1", port=sentinel.master.port)
+            try:
+                # the replica has it all
+                master.execute_command("WAIT", 1, 5_000)  # type: ignore[no-untyped-call]
+            finally:
+                master.close()
+            sentinel.master.kill()
+
+            def promoted() -> bool:
+                try:
+                    return broker.find_pending(T, limit=100).cursor is None
+                except Exception:  # noqa: BLE001 - ConnectionFailed until the promotion
+                    return False
+
+            eventually(promoted, timeout=60, what="a call after the failover")
+            views = broker.find_pending(T, limit=100).messages
+            assert len(views) == 9 and views[0].key == "order:3"
+            assert broker.acquire_rate("api", 3, 60_000) > 0  # the bucket came along
+            consumer = broker.consumer("g", [T])
+            clock.advance(1_000)
+            got = pull_until(consumer, 1)
+            assert [(m.msg_id, m.body) for m in got] == [(sent[3].msg_id, b"moved")]
+    finally:
+        sentinel.stop()
