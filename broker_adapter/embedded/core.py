@@ -24,7 +24,8 @@ holding its lock (:meth:`BrokerCore.fire_due` returns what fired instead of tell
 the groups). Its methods that do a whole change take the (reentrant) lock
 themselves. The ones that help a caller build a write batch say *lock held*
 (:meth:`~BrokerCore.take_seqs`, :meth:`~BrokerCore.next_seq`,
-:meth:`~BrokerCore.append_ready`, :meth:`~BrokerCore.write_pending`): the caller
+:meth:`~BrokerCore.append_ready`, :meth:`~BrokerCore.write_pending`,
+:meth:`~BrokerCore.move_pending`): the caller
 holds :attr:`BrokerCore.lock` from its first such call until the batch is written,
 because a batch carries counters as absolute values, so batches must be written in
 the order they were built (and re-taking the lock per call would cost a send ~5 %).
