@@ -51,6 +51,11 @@ local last_due, last_member = -1, ''
 local function take(n, due)
   local rec = redis.call('HGET', bucket(n), n)
   if not rec then return end
+  -- a record without the tag's or topic's bytes cannot match: skip it unpacked
+  if (tag ~= '' and not string.find(rec, tag, 17, true)) or
+      (topic ~= '' and not string.find(rec, topic, 17, true)) then
+    return
+  end
   local r = cmsgpack.unpack(string.sub(rec, 17))
   if (topic == '' or r[1] == topic) and (tag == '' or r[5] == tag) and
       (prefix == '' or string.sub(r[4], 1, #prefix) == prefix) then
@@ -111,15 +116,23 @@ else
     start = start + a
   end
 end
-local items = redis.call('ZRANGE', due_key, start, start + work - 1, 'WITHSCORES')
-for i = 1, #items, 2 do
-  local member, due = items[i], tonumber(items[i + 1])
-  if due >= hi then return cmsgpack.pack({1, 1, -1, '', rows}) end
-  last_due, last_member = due, member
-  if not string.find(member, '|', 1, true) then
-    take(member, due)
-    if #rows >= limit then return cmsgpack.pack({1, 0, due, member, rows}) end
+-- in growing batches: a page that fills early reads little of the index
+local looked, batch = 0, math.max(2 * limit, 32)
+while looked < work do
+  local want = math.min(batch, work - looked)
+  local items = redis.call('ZRANGE', due_key, start + looked, start + looked + want - 1,
+                           'WITHSCORES')
+  for i = 1, #items, 2 do
+    local member, due = items[i], tonumber(items[i + 1])
+    if due >= hi then return cmsgpack.pack({1, 1, -1, '', rows}) end
+    last_due, last_member = due, member
+    if not string.find(member, '|', 1, true) then
+      take(member, due)
+      if #rows >= limit then return cmsgpack.pack({1, 0, due, member, rows}) end
+    end
   end
+  if #items / 2 < want then return cmsgpack.pack({1, 1, -1, '', rows}) end
+  looked = looked + want
+  batch = batch * 2
 end
-if #items / 2 < work then return cmsgpack.pack({1, 1, -1, '', rows}) end
 return cmsgpack.pack({1, 0, last_due, last_member, rows})
