@@ -17,26 +17,22 @@ from workers.runs import Run
 
 
 class CronGate(DispatchHook):
-    """Cron specs by name (read from the registry on a miss) and how many runs of
-    each cron job are going; thread-safe.
+    """Cron specs by name (from the registry) and how many runs of each schedule
+    are going (a stored schedule counts under its own name); thread-safe.
 
     :param registry: the app's job registry.
     """
 
     def __init__(self, registry: JobRegistry) -> None:
         self._registry = registry
-        self._specs: dict[str, CronSpec] = {}
         self._running: dict[str, int] = {}
         self._admitted: set[Run] = set()
         self._lock = threading.Lock()
 
     def find(self, name: str) -> CronSpec | None:
-        """The cron job named ``name``, or ``None``."""
-        spec = self._specs.get(name)
-        if spec is None:
-            self._specs = {c.name: c for c in self._registry.crons()}
-            spec = self._specs.get(name)
-        return spec
+        """The cron job named ``name``, or ``None`` (a stored schedule's name, usually:
+        a dict lookup, no rebuild per miss)."""
+        return self._registry.find_cron(name)
 
     def running(self, name: str) -> int:
         """How many runs of cron job ``name`` go on."""
