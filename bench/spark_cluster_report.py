@@ -169,7 +169,7 @@ def main() -> int:
             remote = time_report(env, args, root / "trace", root / "out-cluster")
             (app,) = cluster.applications_named("chronoq-bench-report")
         best_local = show(f"local[*] ({os.cpu_count()} threads in the driver)", args.n, local)
-        label = f"{cluster.master_url} ({args.worker_cores} core)"
+        label = f"{cluster.master_url} ({args.worker_cores} core(s))"
         best_remote = show(label, args.n, remote)
         print(f"cluster application {app['id']}: {app['state']}, {app['cores']} core(s)")
         print(f"cluster / local[*] (best runs): {best_remote / best_local:.2f}x")
