@@ -119,8 +119,9 @@ def reschedule_result(
 
 class PrefixAbort:
     """The rounds of one ``abort_prefix``: each round is one ``abort_prefix.lua`` call
-    per shard not yet done (a chunk of at most ``chunk`` keys each); feed the replies
-    back until :meth:`calls` is empty, then read :meth:`result`.
+    per shard not yet done (``chunk`` keys shared among them, at least
+    :data:`ABORT_MIN_CHUNK` each); feed the replies back until :meth:`calls` is empty,
+    then read :meth:`result`.
 
     :param keys: the broker's keyspace.
     :param topic: the topic (checked).
