@@ -42,10 +42,12 @@ STUCK_SLEEP_S = 900
 
 def _record(spark: Any, job: str, **fields: Any) -> None:
     sc = spark.sparkContext
-    msg_id = current_job().msg_id
+    run = current_job()
+    msg_id = run.msg_id
     record = {
         "job": job,
         "msg_id": msg_id,
+        "fire_ms": run.fire_ms,
         "master": sc.master,
         "app_id": sc.applicationId,
         "app_name": sc.appName,

@@ -193,7 +193,9 @@ class TestSparkWorkerOnTheCluster:
         self, spark_worker: SparkWorker, spark_cluster: StandaloneCluster
     ) -> None:
         ticks = spark_worker.wait(lambda: spark_worker.ticks(2), "two cron runs of the tick")
-        assert len({t["msg_id"] for t in ticks}) == len(ticks)  # each occurrence once
+        fires = [t["fire_ms"] for t in ticks]
+        assert len(set(fires)) == len(fires)  # each occurrence ran once
+        assert all(f % 3000 == 0 for f in fires), fires  # on the */3 seconds
         for tick in ticks:
             assert tick["n"] == 1000
             assert_ran_on_cluster(spark_cluster, tick)
