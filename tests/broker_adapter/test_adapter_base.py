@@ -16,14 +16,24 @@ import pytest
 
 from broker_adapter.adapter import AdapterBase, ConsumerLimits, check_messages
 from broker_adapter.base import DEFAULT_MAX_BODY_BYTES, Consumer
-from broker_adapter.checks import check_int, is_int
-from broker_adapter.errors import BrokerClosed, InvalidArgument, InvalidTopic, MessageTooLarge
+from broker_adapter.checks import NewDue, check_int, is_int
+from broker_adapter.errors import (
+    BrokerClosed,
+    InvalidArgument,
+    InvalidDelay,
+    InvalidTopic,
+    MessageTooLarge,
+)
 from broker_adapter.message import Message
 from broker_adapter.results import (
     AbortResult,
     AbortStatus,
     BrokerStats,
     MessageView,
+    PendingPage,
+    PrefixAbortResult,
+    RescheduleResult,
+    RescheduleStatus,
     SendResult,
     SendStatus,
 )
@@ -68,6 +78,48 @@ class RecordingAdapter(AdapterBase):
 
     def _close(self) -> None:
         self.calls.append(("close", None))
+
+    def _reschedule(
+        self,
+        msg_id: str | None,
+        key: str | None,
+        topic: str | None,
+        due: NewDue,
+        body: bytes | None,
+    ) -> RescheduleResult:
+        self.calls.append(("reschedule", (msg_id, key, topic, due, body)))
+        return RescheduleResult(RescheduleStatus.NOT_FOUND, msg_id, None)
+
+    def _abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
+        self.calls.append(("abort_prefix", (topic, key_prefix)))
+        return PrefixAbortResult(0)
+
+    def _find_pending(
+        self,
+        topic: str | None,
+        key_prefix: str | None,
+        tag: str | None,
+        start_ms: int | None,
+        end_ms: int | None,
+        limit: int,
+        cursor: str | None,
+        with_body: bool,
+    ) -> PendingPage:
+        args = (topic, key_prefix, tag, start_ms, end_ms, limit, cursor, with_body)
+        self.calls.append(("find_pending", args))
+        return PendingPage([], None)
+
+    def _acquire_rate(self, bucket: str, limit: int, period_ms: int) -> int:
+        self.calls.append(("acquire_rate", (bucket, limit, period_ms)))
+        return 0
+
+    def _acquire_slot(self, name: str, limit: int, holder: str, lease_ms: int) -> bool:
+        self.calls.append(("acquire_slot", (name, limit, holder, lease_ms)))
+        return True
+
+    def _release_slot(self, name: str, holder: str) -> bool:
+        self.calls.append(("release_slot", (name, holder)))
+        return True
 
 
 def test_is_int_refuses_bools_and_checks_bounds() -> None:
@@ -115,6 +167,58 @@ def test_checks_run_before_any_primitive() -> None:
     with pytest.raises(InvalidArgument, match="at least one topic"):
         broker.consumer("g", [])
     assert broker.calls == [] and broker.stored == []
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda b: b.reschedule("id"), InvalidArgument),  # no timing
+        (lambda b: b.reschedule("id", delay_ms=1, deliver_at_ms=1), InvalidArgument),
+        (lambda b: b.reschedule(key="k", delay_ms=1), InvalidArgument),  # key without topic
+        (lambda b: b.reschedule("id", key="k", topic="t", delay_ms=1), InvalidArgument),
+        (lambda b: b.reschedule("id", delay_ms=-1), InvalidDelay),
+        (lambda b: b.reschedule("id", delay_ms=True), InvalidDelay),
+        (lambda b: b.reschedule("id", delay_ms=1, body="text"), InvalidArgument),
+        (lambda b: b.reschedule("id", delay_ms=1, body=b"x" * 11), MessageTooLarge),
+        (lambda b: b.reschedule(key="k", topic="bad topic", delay_ms=1), InvalidTopic),
+        (lambda b: b.abort_prefix("t", ""), InvalidArgument),
+        (lambda b: b.abort_prefix("t", None), InvalidArgument),
+        (lambda b: b.abort_prefix("%DLQ%g", "a"), InvalidTopic),
+        (lambda b: b.find_pending(key_prefix="a"), InvalidArgument),
+        (lambda b: b.find_pending("t", limit=0), InvalidArgument),
+        (lambda b: b.find_pending("t", tag=""), InvalidArgument),
+        (lambda b: b.find_pending("t", start_ms=-1), InvalidArgument),
+        (lambda b: b.find_pending("t", cursor=""), InvalidArgument),
+        (lambda b: b.acquire_rate("", 1, 1), InvalidArgument),
+        (lambda b: b.acquire_rate("b", 0, 1), InvalidArgument),
+        (lambda b: b.acquire_slot("s", 1, "", 1), InvalidArgument),
+        (lambda b: b.acquire_slot("s", 1, "h", 0), InvalidArgument),
+        (lambda b: b.release_slot("s", "x" * 513), InvalidArgument),
+    ],
+)
+def test_runtime_calls_are_checked_before_any_primitive(call: object, error: type) -> None:
+    broker = RecordingAdapter(max_body_bytes=10)
+    with pytest.raises(error):
+        call(broker)  # type: ignore[operator]
+    assert broker.calls == []
+
+
+def test_runtime_primitives_get_checked_arguments() -> None:
+    broker = RecordingAdapter()
+    broker.reschedule(key="k", topic="t", deliver_at_ms=5, body=b"b")
+    broker.abort_prefix("t", "order:")
+    broker.find_pending("t", key_prefix="o", with_body=1)  # type: ignore[arg-type]
+    broker.acquire_rate("b", 2, 1_000)
+    broker.acquire_slot("s", 1, "h", 500)
+    broker.release_slot("s", "h")
+    assert broker.calls == [
+        ("reschedule", (None, "k", "t", NewDue(None, 5), b"b")),
+        ("abort_prefix", ("t", "order:")),
+        ("find_pending", ("t", "o", None, None, None, 100, None, True)),
+        ("acquire_rate", ("b", 2, 1_000)),
+        ("acquire_slot", ("s", 1, "h", 500)),
+        ("release_slot", ("s", "h")),
+    ]
 
 
 def test_primitives_get_checked_arguments() -> None:
