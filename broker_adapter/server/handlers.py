@@ -217,6 +217,12 @@ class Handlers:
         consumer = self._consumer(conn, args)
         max_messages = self.pull_args(args)[0]
         got = consumer.pull(max_messages, wait_ms)
+        if got and conn.closed:
+            # The client vanished while this pull waited (e.g. kill -9): give back what
+            # it took now, uncounted, rather than leave it invisible for its invisible time.
+            for m in got:
+                consumer.release(m)
+            return []
         if got:
             self.server.metrics.pulled(got, time.time() * 1000)
         encode = V.encode_received

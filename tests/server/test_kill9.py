@@ -3,14 +3,17 @@ whose send was acknowledged is lost (delivery is at least once)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 from broker_adapter.errors import ChronoqError, ConnectionFailed
 from broker_adapter.message import Message
 from broker_adapter.results import ReceivedMessage, SendStatus
 from broker_adapter.server.client import RemoteBroker
-from tests.helpers import eventually
+from tests.helpers import eventually, pull_until
 from tests.server.serverproc import ServerProcess
 
 RUN_S = 60.0  # bound on every loop of this test
@@ -110,3 +113,38 @@ def test_kill_9_under_load_loses_no_acknowledged_message(server: ServerProcess) 
     with RemoteBroker.from_url(server.url) as check:
         sample = sorted(load.acked_sends)[:: max(1, len(load.acked_sends) // 50)]
         assert all(check.query(mid) is not None for mid in sample)
+
+
+_PARKED_PULLER = """
+import sys, pathlib
+from broker_adapter import open_broker
+broker = open_broker(sys.argv[1])
+consumer = broker.consumer("g", ["parked"], invisible_ms=120_000)
+pathlib.Path(sys.argv[2]).write_text("ready")
+while True:
+    for m in consumer.pull(8, 5_000):
+        consumer.ack(m)
+"""
+
+
+def test_a_pull_parked_for_a_killed_client_gives_back_what_it_took(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """kill -9 of a client whose long poll waits on the server: a message that fires
+    in that poll's remaining wait goes back to the group at once (uncounted), not
+    after the dead consumer's invisible time (120 s here)."""
+    ready = tmp_path / "ready"
+    url = server.url
+    child = subprocess.Popen([sys.executable, "-c", _PARKED_PULLER, url, str(ready)])
+    try:
+        eventually(ready.exists, timeout=30)
+        time.sleep(0.5)  # its first pull is parked on the server now
+    finally:
+        child.kill()
+        child.wait()
+    with RemoteBroker.from_url(url) as broker:
+        sent = broker.send(Message("parked", b"x"))
+        with broker.consumer("g", ["parked"]) as consumer:
+            got = pull_until(consumer, 1, timeout=30)
+        assert [m.msg_id for m in got] == [sent.msg_id]
+        assert got[0].attempts == 1
