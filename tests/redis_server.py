@@ -66,10 +66,20 @@ class RedisServer:
     :param aof: ``appendonly yes`` with ``appendfsync always`` (every acknowledged
         write is on disk before the reply).
     :param cluster: ``cluster-enabled yes``.
+    :param appendfsync: ``appendonly yes`` with this ``appendfsync`` (``always``,
+        ``everysec``, ``no``) instead of what ``aof`` says.
+    :param save: the ``save`` rules (``""``: no snapshots).
     """
 
     def __init__(
-        self, workdir: Path, *, port: int | None = None, aof: bool = False, cluster: bool = False
+        self,
+        workdir: Path,
+        *,
+        port: int | None = None,
+        aof: bool = False,
+        cluster: bool = False,
+        appendfsync: str | None = None,
+        save: str = "",
     ) -> None:
         self.binary = require_redis_server()
         self.workdir = workdir
@@ -77,6 +87,8 @@ class RedisServer:
         self.port = port or free_port(cluster_bus=cluster)
         self.aof = aof
         self.cluster = cluster
+        self.appendfsync = appendfsync
+        self.save = save
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -94,7 +106,7 @@ class RedisServer:
             "--dir",
             str(self.workdir),
             "--save",
-            "",
+            self.save,
             "--protected-mode",
             "no",
             "--daemonize",
@@ -102,7 +114,9 @@ class RedisServer:
             "--logfile",
             str(self.workdir / "redis.log"),
         ]
-        if self.aof:
+        if self.appendfsync is not None:
+            args += ["--appendonly", "yes", "--appendfsync", self.appendfsync]
+        elif self.aof:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]

@@ -21,6 +21,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 
 from broker_adapter.redis.connect import TIMEOUTS, ClientSpec
+from broker_adapter.redis.persistence import check_persistence_async
 from broker_adapter.redis.scripts import SHAS, SOURCES, Call
 
 #: Most connections one asyncio client opens to one Redis node. Concurrent sends share
@@ -78,6 +79,7 @@ class AsyncScripts:
             if not self._loaded:
                 await self.load()
                 self._loaded = True
+                await check_persistence_async(self._client)  # once per server and process
 
     async def load(self) -> None:
         """Load every script (on every master of a cluster)."""

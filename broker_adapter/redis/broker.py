@@ -48,6 +48,7 @@ from broker_adapter.redis.consumer import RedisConsumer
 from broker_adapter.redis.firer import Firer, Listener
 from broker_adapter.redis.keys import Keyspace
 from broker_adapter.redis.news import ReadyNews
+from broker_adapter.redis.persistence import check_persistence
 from broker_adapter.redis.runtime_calls import (
     PrefixAbort,
     find_calls,
@@ -127,6 +128,7 @@ class RedisBroker(AdapterBase):
         self._rr_lock = threading.Lock()
         with redis_errors("connect"):
             self._scripts.load()
+        check_persistence(client)  # one line per server and process if a crash loses sends
         self._news = ReadyNews(client, keys.ready_channel)
         self._acks = AckBatcher(self._scripts, keys)
         self._firer = Firer(
