@@ -23,6 +23,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "report": ("matplotlib",),
     "metrics": ("prometheus_client",),
     "fastapi": ("fastapi", "uvicorn"),
+    "dashboard": ("fastapi", "uvicorn"),
     "django": ("django",),
 }
 

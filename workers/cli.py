@@ -3,6 +3,7 @@
 ::
 
     chronoq run examples.order_timeout:app [--exit-when-idle] [--trace | --trace-dir DIR]
+                [--metrics-port N [--metrics-host H]]   (job metrics for Prometheus)
     chronoq worker --executor spark module:app [--trace]   (a dedicated dispatcher)
     chronoq report [--trace DIR] [--out DIR] [--bucket S]         (delivery report, Spark)
     chronoq send    [--url URL] --topic T [--key K] [--delay-ms N] (--body TEXT | --job NAME [--args JSON] [--kwargs JSON])
@@ -13,6 +14,7 @@
     chronoq cancel  [--url URL] --key-prefix P [--topic T]
     chronoq stats   [--url URL]
     chronoq schedules list|pause|resume|run-now|remove [--url URL] [--app module:app] [NAME]
+    chronoq dashboard [--url URL] [--host H] [--port P] [--token T]   (web UI + JSON API)
     chronoq bench [NAME [ARGS...]]   (a script of bench/, run from a checkout; no NAME lists them)
 
 ``--url`` defaults to ``CHRONOQ_BROKER_URL`` (``rocksdb://./chronoq-data``); ``--json``
@@ -40,7 +42,7 @@ from scheduler import apps
 from scheduler.jobcall import JobCall
 from scheduler.scheduler import Scheduler
 from scheduler.settings import DEFAULT_BROKER_URL
-from workers import cli_schedules
+from workers import cli_dashboard, cli_schedules
 from workers.cli_runtime import add_runtime_parsers, run_runtime
 
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -83,6 +85,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from workers.dispatcher import Dispatcher
     from workers.executors.factory import build_executors, open_trace
     from workers.routing import dedicated_group
+    from workers.job_metrics import JobMetrics
     from workers.runner import run_app
     from workers.schedule_runs import RunLog
 
@@ -92,6 +95,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     executors = build_executors(app, names) if names else None
     trace = open_trace(app, args.trace_dir or ("" if args.trace else None))
     dispatcher = None
+    metrics = JobMetrics(app)  # Prometheus (--metrics-port) and the job stats in the broker
     if executors is not None or trace is not None:
         group = dedicated_group(app.settings.group, names) if names else None
         dispatcher = Dispatcher(
@@ -100,7 +104,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             executors=executors,
             drain_timeout_s=args.drain_timeout,
             trace=trace,
-            hooks=[RunLog(app)],  # the last runs app.schedules.list() shows
+            hooks=[RunLog(app), metrics],  # the last runs app.schedules.list() shows
         )
     try:
         run_app(
@@ -108,6 +112,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             exit_when_idle=args.exit_when_idle,
             drain_timeout_s=args.drain_timeout,
             dispatcher=dispatcher,
+            job_metrics=metrics,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
         )
     finally:
         for executor in (executors or {}).values():
@@ -269,6 +276,19 @@ def build_parser() -> argparse.ArgumentParser:
             "--trace", action="store_true", help="record the delivery trace in <data dir>/trace"
         )
         p.add_argument("--trace-dir", metavar="DIR", help="record the delivery trace in DIR")
+        p.add_argument(
+            "--metrics-port",
+            type=int,
+            metavar="N",
+            help="serve job metrics (Prometheus) on this port, 0 for a free one "
+            "(default: $CHRONOQ_METRICS_PORT; off when unset)",
+        )
+        p.add_argument(
+            "--metrics-host",
+            metavar="H",
+            help="address for --metrics-port (default: $CHRONOQ_METRICS_HOST or 127.0.0.1; "
+            "another one needs CHRONOQ_TOKEN)",
+        )
     report = sub.add_parser("report", help="delivery report over a delivery trace (Spark)")
     report.add_argument("--trace", metavar="DIR", help="trace directory (default: from --url)")
     report.add_argument(
@@ -279,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", default="chronoq-report", metavar="DIR", help="output dir")
     report.add_argument("--bucket", type=int, default=60, metavar="S", help="bucket seconds")
     report.add_argument("--master", help="Spark master (default: $CHRONOQ_SPARK_MASTER)")
+    report.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     bench = sub.add_parser("bench", help="run a benchmark script of bench/ (no name: list)")
     bench.add_argument("name", nargs="?", help="e.g. timer-load, remote-send")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
@@ -314,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops["query"].add_argument("msg_id")
     add_runtime_parsers(sub, os.environ.get("CHRONOQ_BROKER_URL") or DEFAULT_BROKER_URL)
     cli_schedules.add_parser(sub)
+    cli_dashboard.add_parser(sub)
     return parser
 
 
@@ -337,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_runtime(args)
         if args.command == "schedules":
             return cli_schedules.run(args)
+        if args.command == "dashboard":
+            return cli_dashboard.run(args)
         with open_broker(args.url) as broker:
             return _OPS[args.command](args, broker)
     except ChronoqError as e:

@@ -1,0 +1,148 @@
+"""Read-only API routes of the overview: ``api/config``, ``api/overview``,
+``api/due``, ``api/rates`` and ``api/lateness`` (shapes in the README's Dashboard
+section)."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import time
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query
+
+from broker_adapter.message import check_topic
+from workers.dashboard.context import Dashboard, version
+from workers.dashboard.lateness import lateness_report
+
+MINUTE_MS = 60_000
+HOUR_MS = 60 * MINUTE_MS
+DAY_MS = 24 * HOUR_MS
+#: ``range`` -> (bucket ms, buckets).
+RANGES = {"hour": (MINUTE_MS, 60), "day": (HOUR_MS, 24), "week": (DAY_MS, 7)}
+#: Most pending messages one bucket of the fallback due count reads.
+FALLBACK_BUCKET_CAP = 500
+
+
+def now_ms() -> int:
+    """The wall clock, epoch ms."""
+    return int(time.time() * 1000)
+
+
+def overview_doc(dash: Dashboard) -> dict[str, Any]:
+    """The ``api/overview`` document (one ``stats()`` call)."""
+    st = dash.broker.stats()
+    topics = [
+        {
+            "topic": name,
+            "pending": t.pending,
+            "fired_total": t.fired_total,
+            "ready": t.ready,
+            "inflight": t.inflight,
+        }
+        for name, t in sorted(st.topics.items())
+    ]
+    groups = [
+        {
+            "group": name,
+            "ready": g.ready,
+            "inflight": g.inflight,
+            "dead": g.dead,
+            "acked_total": g.acked_total,
+        }
+        for name, g in sorted(st.groups.items())
+    ]
+    totals = {
+        "pending": st.pending,
+        "ready": sum(g.ready for g in st.groups.values()),
+        "inflight": sum(g.inflight for g in st.groups.values()),
+        "dead": st.dead,
+        "fired_total": st.fired_total,
+    }
+    return {"now_ms": now_ms(), "totals": totals, "topics": topics, "groups": groups}
+
+
+def due_counts(dash: Dashboard, edges: list[int], topic: str | None) -> tuple[list[int], bool]:
+    """How many pending messages are due between each pair of ``edges``, and whether
+    the counts are exact: the broker's ``count_pending`` when it has one, else one
+    bounded ``find_pending`` page per bucket (capped counts are not exact)."""
+    count_pending = getattr(dash.broker, "count_pending", None)
+    if count_pending is not None:
+        counts = count_pending(edges, topic=topic)
+        return list(counts.counts), bool(counts.exact)
+    out: list[int] = []
+    exact = True
+    for lo, hi in itertools.pairwise(edges):
+        page = dash.broker.find_pending(topic, start_ms=lo, end_ms=hi, limit=FALLBACK_BUCKET_CAP)
+        out.append(len(page.messages))
+        exact = exact and page.cursor is None
+    return out, exact
+
+
+def _job_samples(dash: Dashboard, since_ms: int) -> list[dict[str, Any]]:
+    """The dispatchers' published job stats since ``since_ms`` (``[]`` before the
+    job-stats module exists in this install)."""
+    try:
+        job_stats = importlib.import_module("workers.job_stats")
+    except ModuleNotFoundError:
+        return []
+    fields = ("started", "succeeded", "failed", "retried", "dead")
+    out = []
+    for s in job_stats.read_job_stats(dash.broker, since_ms=since_ms):
+        doc: dict[str, Any] = {"t_ms": s.t_ms, "interval_ms": s.interval_ms}
+        doc.update({f: getattr(s, f) for f in fields})
+        doc["lateness_p50_ms"] = s.lateness_p50_ms
+        doc["lateness_p99_ms"] = s.lateness_p99_ms
+        out.append(doc)
+    return out
+
+
+def routes(dash: Dashboard, token_required: bool) -> APIRouter:
+    """The overview's routes on ``dash`` (``token_required``: what ``api/config`` says)."""
+    router = APIRouter(prefix="/api", tags=["overview"])
+
+    @router.get("/config")
+    def config() -> dict[str, Any]:
+        """What the page needs before anything else (readable without the token)."""
+        return {
+            "token_required": token_required,
+            "broker_kind": dash.kind,
+            "now_ms": now_ms(),
+            "version": version(),
+            "lateness_available": dash.lateness_available,
+        }
+
+    @router.get("/overview")
+    def overview() -> dict[str, Any]:
+        """Totals, topics and consumer groups from the broker's counters."""
+        return overview_doc(dash)
+
+    @router.get("/due")
+    def due(
+        span: Literal["hour", "day", "week"] = Query("hour", alias="range"),
+        topic: str | None = None,
+    ) -> dict[str, Any]:
+        """How many pending messages fall due per bucket over the coming hour (60 x 1
+        min), day (24 x 1 h) or week (7 x 1 day)."""
+        if topic is not None:
+            check_topic(topic)
+        bucket, n = RANGES[span]
+        start = now_ms() // bucket * bucket
+        counts, exact = due_counts(dash, [start + i * bucket for i in range(n + 1)], topic)
+        return {"start_ms": start, "bucket_ms": bucket, "counts": counts, "exact": exact}
+
+    @router.get("/rates")
+    def rates(minutes: int = Query(15, ge=1, le=60)) -> dict[str, Any]:
+        """Messages fired per second (sampled here) and the dispatchers' job counts."""
+        since = now_ms() - minutes * MINUTE_MS
+        return {"fired": dash.sampler.rates(minutes), "jobs": _job_samples(dash, since)}
+
+    @router.get("/lateness")
+    def lateness(minutes: int = Query(60, ge=1, le=7 * 24 * 60)) -> dict[str, Any]:
+        """Job-start lateness percentiles and CDF from the delivery trace."""
+        return lateness_report(dash.trace_dir, now_ms() - minutes * MINUTE_MS)
+
+    return router
+
+
+__all__ = ["RANGES", "due_counts", "now_ms", "overview_doc", "routes"]
