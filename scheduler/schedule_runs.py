@@ -8,7 +8,8 @@ every few seconds when something changed, writes them as a few records (up to
 
     {"f": 1, "runs": {"tenant-42": [fire_ms, started_ms, ended_ms, "ok"], ...}}
 
-Like schedule records they are pending messages nobody consumes, due
+Like schedule records they are keyed records (:mod:`scheduler.keyed_records`),
+pending messages nobody consumes, due
 :data:`RUNS_HORIZON_MS` ahead: the records of a dispatcher gone for that long
 fall due and are forgotten. A reader merges every dispatcher's records and keeps,
 per schedule, the run that ended last. What a dispatcher ran since its last write
@@ -23,9 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from broker_adapter.base import BrokerAdapter
-from broker_adapter.errors import UnknownTopic
-from broker_adapter.message import Message
-from broker_adapter.results import RescheduleStatus
+from scheduler.keyed_records import iter_records, put_record
 
 _log = logging.getLogger("chronoq.scheduler.RunBook")
 
@@ -81,33 +80,21 @@ class RunBook:
                 },
             }
             body = json.dumps(doc, separators=(",", ":")).encode()
-            key = f"runs:{owner}:{n}"
-            res = broker.reschedule(key=key, topic=RUNS_TOPIC, deliver_at_ms=due, body=body)
-            if res.status is not RescheduleStatus.RESCHEDULED:
-                broker.send(Message(RUNS_TOPIC, body, key, deliver_at_ms=due))
+            put_record(broker, RUNS_TOPIC, f"runs:{owner}:{n}", body, due)
 
     def read(self) -> dict[str, LastRun]:
         """The last run of each schedule, over every dispatcher's records."""
-        broker = self._broker()
         out: dict[str, LastRun] = {}
-        cursor: str | None = None
-        while True:
+        for view in iter_records(self._broker(), RUNS_TOPIC):
             try:
-                page = broker.find_pending(RUNS_TOPIC, limit=100, cursor=cursor, with_body=True)
-            except UnknownTopic:
-                return out
-            for view in page.messages:
-                try:
-                    doc = json.loads(view.body or b"")
-                    for name, (fire, started, ended, outcome) in doc["runs"].items():
-                        seen = out.get(name)
-                        if seen is None or ended > seen.ended_ms:
-                            out[name] = LastRun(fire, started, ended, outcome)
-                except (ValueError, KeyError, TypeError, AttributeError) as e:
-                    _log.warning("last-run record %s ignored: %s", view.key, e)
-            cursor = page.cursor
-            if cursor is None:
-                return out
+                doc = json.loads(view.body or b"")
+                for name, (fire, started, ended, outcome) in doc["runs"].items():
+                    seen = out.get(name)
+                    if seen is None or ended > seen.ended_ms:
+                        out[name] = LastRun(fire, started, ended, outcome)
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                _log.warning("last-run record %s ignored: %s", view.key, e)
+        return out
 
 
 __all__ = ["RUNS_HORIZON_MS", "RUNS_PER_RECORD", "RUNS_TOPIC", "LastRun", "RunBook"]

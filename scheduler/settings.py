@@ -16,6 +16,8 @@ variable                        field                default
 ``CHRONOQ_PAST_TOLERANCE_MS``   ``past_tolerance_ms`` ``1000``
 ``CHRONOQ_LOG_LEVEL``           ``log_level``        ``INFO``
 ``CHRONOQ_TOKEN``               ``token``            unset (no authentication)
+``CHRONOQ_METRICS_PORT``        ``metrics_port``     unset (no job metrics endpoint)
+``CHRONOQ_METRICS_HOST``        ``metrics_host``     ``127.0.0.1``
 ==============================  ===================  ===============================
 
 An empty variable counts as unset. Variables ``CHRONOQ_<KIND>_*`` of a registered
@@ -136,6 +138,10 @@ class Settings:
     :param log_level: ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or ``CRITICAL``
         (any case; stored upper case). Applied by the ``chronoq`` command only.
     :param token: shared secret for a ``chronoq://`` broker server; never shown in ``repr``.
+        Also what scrapers of a job metrics endpoint off loopback must send.
+    :param metrics_port: serve the dispatcher's job metrics (Prometheus) on this port
+        (0: a free one), with ``chronoq run``/``worker`` or ``app.run()``; ``None``: off.
+    :param metrics_host: the address the job metrics bind (a non-loopback one needs ``token``).
     :raises InvalidSettings: for any value of the wrong type or out of range.
     """
 
@@ -147,6 +153,8 @@ class Settings:
     past_tolerance_ms: int = 1000
     log_level: str = "INFO"
     token: str | None = field(default=None, repr=False)
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         self._check_broker_url()
@@ -172,6 +180,12 @@ class Settings:
                 "log_level", _env_name("log_level"), level, f"use one of {', '.join(LOG_LEVELS)}"
             )
         object.__setattr__(self, "log_level", level.upper())
+        if self.metrics_port is not None:
+            self._check_int("metrics_port", 0, 65535)
+        if not isinstance(self.metrics_host, str) or not self.metrics_host:
+            raise InvalidSettings(
+                "metrics_host", _env_name("metrics_host"), self.metrics_host, "give an address"
+            )
         token = self.token
         if token is not None and (not isinstance(token, str) or not token):
             raise InvalidSettings(
@@ -241,6 +255,6 @@ class Settings:
             overrides,
             prefix=ENV_PREFIX,
             skip_prefixes=kind_prefixes,
-            int_fields=frozenset({"max_workers", "prefetch", "past_tolerance_ms"}),
+            int_fields=frozenset({"max_workers", "prefetch", "past_tolerance_ms", "metrics_port"}),
         )
         return cls(**values)

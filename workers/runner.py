@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from scheduler.runners import set_app_runner
 from workers.dispatcher import App, Dispatcher
+from workers.job_metrics import JobMetrics
 from workers.schedule_runs import RunLog
 
 _log = logging.getLogger("chronoq.workers.Runner")
@@ -121,6 +122,9 @@ def run_app(
     drain_timeout_s: float = 30.0,
     arm_interval_s: float = 30.0,
     dispatcher: Dispatcher | None = None,
+    job_metrics: JobMetrics | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str | None = None,
 ) -> int:
     """Run ``app``'s dispatcher and schedule planner until stopped; see the module docstring.
 
@@ -134,14 +138,35 @@ def run_app(
     :param drain_timeout_s: how long running jobs may take to finish on stop.
     :param arm_interval_s: how often the schedules are armed again.
     :param dispatcher: a ready-made dispatcher (custom executors); one is built otherwise,
-        with a :class:`~workers.schedule_runs.RunLog` (give yours one to record the
-        schedules' last runs).
+        with a :class:`~workers.schedule_runs.RunLog` and a
+        :class:`~workers.job_metrics.JobMetrics` (give yours those hooks to record
+        the schedules' last runs and the job metrics and stats, and pass the latter
+        as ``job_metrics``).
+    :param job_metrics: the :class:`~workers.job_metrics.JobMetrics` hook of ``dispatcher``:
+        its gauges read the dispatcher, and it serves ``/metrics`` when a port is set.
+    :param metrics_port: serve the job metrics (Prometheus) on this port (0: a free
+        one); ``app.settings.metrics_port`` (``CHRONOQ_METRICS_PORT``) by default.
+    :param metrics_host: the address to bind; ``app.settings.metrics_host`` by default.
+    :raises MissingExtra: with a metrics port but no ``chronoq[metrics]``.
+    :raises InvalidArgument: for a non-loopback metrics host without ``CHRONOQ_TOKEN``.
     :returns: messages processed.
     """
     stop = stop_event or threading.Event()
     _STOPS[app] = stop
-    if dispatcher is None:  # with the hook that records the schedules' last runs
-        dispatcher = Dispatcher(app, drain_timeout_s=drain_timeout_s, hooks=[RunLog(app)])
+    if dispatcher is None:  # with the hooks that record last runs, job metrics and stats
+        job_metrics = job_metrics or JobMetrics(app)
+        dispatcher = Dispatcher(
+            app, drain_timeout_s=drain_timeout_s, hooks=[RunLog(app), job_metrics]
+        )
+    settings = app.settings
+    port = settings.metrics_port if metrics_port is None else metrics_port
+    if job_metrics is not None:
+        job_metrics.watch(dispatcher)
+        if port is not None:
+            url = job_metrics.serve(port, metrics_host or settings.metrics_host, settings.token)
+            _log.info("job metrics on %s", url)
+    elif port is not None:
+        _log.warning("metrics port %d ignored: the dispatcher given has no JobMetrics hook", port)
     restore = _install_signals(stop, dispatcher)
     armer: threading.Thread | None = None
     try:
@@ -169,6 +194,8 @@ def run_app(
             armer.join(timeout=5)
         restore()
         _STOPS.pop(app, None)
+        if job_metrics is not None:
+            job_metrics.stop_serving()
     return dispatcher.processed
 
 

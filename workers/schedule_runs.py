@@ -10,16 +10,13 @@ leaves its group. Plain job runs are not recorded.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
-import time
-import uuid
 
 from broker_adapter.errors import ChronoqError
 from scheduler.schedule_runs import LastRun, RunBook
 from workers.context import JobContext
 from workers.hooks import DispatchHook, Session
+from workers.record_writer import RecordWriter, owner_id
 from workers.runs import App, Run
 
 _log = logging.getLogger("chronoq.workers.RunLog")
@@ -38,21 +35,15 @@ class RunLog(DispatchHook):
     def __init__(self, app: App, flush_s: float = FLUSH_S) -> None:
         self._book = RunBook(lambda: app.broker, lambda: app.clock.now_ms())
         self._clock = app.clock
-        self._flush_s = flush_s
         self._runs: dict[str, LastRun] = {}
         self._dirty = False
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        host = socket.gethostname().replace(":", "_")
-        self._owner = f"{host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._owner = owner_id()
+        self._writer = RecordWriter(self.flush, flush_s, name="chronoq-run-log", log=_log)
 
     def on_open(self, session: Session) -> None:
         """Start the writer thread."""
-        self._thread = threading.Thread(
-            target=self._write_periodically, name="chronoq-run-log", daemon=True
-        )
-        self._thread.start()
+        self._writer.start()
 
     def after_job(self, run: Run, job: JobContext, error: BaseException | None) -> None:
         """Remember a schedule's run (any thread)."""
@@ -80,18 +71,9 @@ class RunLog(DispatchHook):
                 self._dirty = True
             _log.warning("recording the last runs of %d schedule(s) failed: %s", len(runs), e)
 
-    def _write_periodically(self) -> None:
-        while not self._stop.wait(self._flush_s):
-            start = time.monotonic()
-            self.flush()
-            _log.debug("last runs written in %.1f ms", (time.monotonic() - start) * 1000)
-
     def on_close(self) -> None:
         """Stop the writer thread and write what is left."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self.flush()
+        self._writer.stop()
 
 
 __all__ = ["FLUSH_S", "RunLog"]

@@ -17,7 +17,9 @@ includes any time it waited in ``ready`` for a consumer).
 ``prometheus_client`` comes with the ``chronoq[metrics]`` extra and is imported
 only when metrics are served (a missing extra is
 :class:`~broker_adapter.errors.MissingExtra`); without a port the counters are
-plain no-ops.
+plain no-ops. The HTTP side is :func:`broker_adapter.metrics_http.serve_metrics`
+(shared with the dispatchers' job metrics): off loopback, scrapers send the
+server's token as ``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker_adapter.errors import ChronoqError
 from broker_adapter.extras import require
+from broker_adapter.metrics_http import MetricsEndpoint, serve_metrics
 from broker_adapter.results import ReceivedMessage
 
 if TYPE_CHECKING:
@@ -49,12 +52,13 @@ class ServerMetrics:
     def __init__(self, server: BrokerServer) -> None:
         self._server = server
         self._on = False
-        self._http: Any = None
+        self._http: MetricsEndpoint | None = None
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
-        """Expose ``/metrics`` on ``host:port``.
+        """Expose ``/metrics`` on ``host:port`` (0: a free port, see :attr:`port`).
 
         :raises MissingExtra: without ``prometheus_client`` (``chronoq[metrics]``).
+        :raises InvalidArgument: for a non-loopback ``host`` on a server without a token.
         """
         pc = require("prometheus_client", "metrics", "the server's metrics endpoint")
         self.registry = reg = pc.CollectorRegistry()
@@ -95,16 +99,20 @@ class ServerMetrics:
         )
         core = require("prometheus_client.core", "metrics", "the server's metrics endpoint")
         reg.register(_StatsCollector(self._server, core))
-        self._http = pc.start_http_server(port, addr=host, registry=reg)
+        self._http = serve_metrics(
+            reg, port, host, token=self._server.token, feature="the server's metrics endpoint"
+        )
         self._on = True
-        log.info("metrics on http://%s:%d/metrics", host, port)
+
+    @property
+    def port(self) -> int | None:
+        """The port metrics are served on, or ``None`` when they are not."""
+        return None if self._http is None else self._http.port
 
     def stop(self) -> None:
         """Stop the HTTP endpoint, if any."""
         if self._http is not None:
-            server, thread = self._http
-            server.shutdown()
-            thread.join(timeout=5)
+            self._http.stop()
             self._http = None
 
     def request(self, op: str) -> None:

@@ -19,6 +19,7 @@ def test_defaults_are_safe_and_documented() -> None:
     assert (s.topic, s.group) == ("chronoq.jobs", "chronoq.workers")
     assert (s.max_workers, s.prefetch, s.past_tolerance_ms) == (8, 32, 1000)
     assert (s.log_level, s.token) == ("INFO", None)
+    assert (s.metrics_port, s.metrics_host) == (None, "127.0.0.1")
 
 
 def test_every_variable_is_read() -> None:
@@ -31,9 +32,12 @@ def test_every_variable_is_read() -> None:
         "CHRONOQ_PAST_TOLERANCE_MS": "5000",
         "CHRONOQ_LOG_LEVEL": "debug",
         "CHRONOQ_TOKEN": "s3cret",
+        "CHRONOQ_METRICS_PORT": "9464",
+        "CHRONOQ_METRICS_HOST": "0.0.0.0",
         "UNRELATED": "ignored",
     }
     s = Settings.from_env(env)
+    assert (s.metrics_port, s.metrics_host) == (9464, "0.0.0.0")
     assert s.broker_url == "chronoq://127.0.0.1:7420"
     assert (s.topic, s.group) == ("shop.jobs", "shop-workers")
     assert (s.max_workers, s.prefetch, s.past_tolerance_ms) == (16, 64, 5000)
