@@ -91,8 +91,9 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         return _fail(f"--port {args.port}: give 0..65535")
     try:
-        uvicorn = require("uvicorn", "dashboard", "chronoq dashboard")
+        require("uvicorn", "dashboard", "chronoq dashboard")
         from workers.dashboard import create_app
+        from workers.dashboard.serve import serve
     except ChronoqError as e:
         return _fail(str(e))
     try:
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         # A wildcard has no name of its own and needs a token: the token is the defence.
         allowed = allowed or ["*"]
     else:
-        allowed.append(args.host if ":" not in args.host else f"[{args.host}]")
+        allowed.append(f"{args.host}:{port}" if ":" not in args.host else f"[{args.host}]:{port}")
     try:
         app = create_app(
             args.url, token=args.token, trace_dir=args.trace_dir, allowed_hosts=allowed, port=port
@@ -113,14 +114,11 @@ def run(args: argparse.Namespace) -> int:
     except ChronoqError as e:
         sock.close()
         return _fail(str(e))
-    config = uvicorn.Config(
-        app, log_level=args.log_level, access_log=False, lifespan="on", timeout_graceful_shutdown=5
-    )
     shown = args.host if ":" not in args.host else f"[{args.host}]"
     sys.stdout.write(f"chronoq dashboard listening on http://{shown}:{port}\n")
     sys.stdout.flush()
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        serve(app, sock, args.log_level)
     finally:
         app.state.chronoq_dashboard.close()
         sock.close()
