@@ -97,9 +97,21 @@ class Browser:
 
     def wait(self, predicate: Callable[[Any], T], timeout: float = WAIT_S, what: str = "") -> T:
         """Wait (polling, no sleeps in the tests) until ``predicate(driver)`` is truthy."""
+        from selenium.common.exceptions import TimeoutException
         from selenium.webdriver.support.ui import WebDriverWait
 
-        return WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(predicate, what)
+        try:
+            return WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(predicate, what)
+        except TimeoutException:
+            # Say what the page showed instead: the failure then explains itself.
+            shown = self.driver.execute_script(
+                "return [location.hash, document.getElementById('flash')?.textContent,"
+                " document.getElementById('view')?.innerText.slice(0, 1500)].join(' | ');"
+            )
+            console = [e["message"] for e in self.driver.get_log("browser")]
+            raise AssertionError(
+                f"still waiting for {what} after {timeout} s; page: {shown}; console: {console}"
+            ) from None
 
     def open(self, url: str) -> None:
         """Load ``url`` and wait until the app has rendered something beyond "Loading"."""
@@ -240,9 +252,20 @@ def save_shot(browser: Browser, tmp_path: Path, name: str, *, publish: bool = Fa
     return shot
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    """One headless Chromium for the test module."""
+def sign_in(browser: Browser, base_url: str, token: str | None) -> None:
+    """Open the dashboard and sign in with ``token`` through the page's form (when the
+    page asks for one); waits until the overview shows."""
+    browser.open(base_url + "#/overview")
+    if token is not None and browser.all("#sign-in-form"):
+        browser.css("#token-input").send_keys(token)
+        browser.click("#sign-in")
+    browser.css("#card-pending")
+
+
+@pytest.fixture(name="browser", scope="module")
+def browser_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    """One headless Chromium for the test module (import ``browser_fixture`` to use
+    the ``browser`` fixture)."""
     b = Browser(tmp_path_factory.mktemp("downloads"))
     try:
         yield b

@@ -21,12 +21,13 @@ function withTitle(node, text) {
   return node;
 }
 
-/** Round tick values covering [lo, hi], about count of them. */
-export function niceTicks(lo, hi, count = 5) {
+/** Round tick values covering [lo, hi], about count of them (whole numbers with integer). */
+export function niceTicks(lo, hi, count = 5, integer = false) {
   if (!(hi > lo)) hi = lo + 1;
   const raw = (hi - lo) / count;
   const mag = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw);
+  let step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw);
+  if (integer) step = Math.max(1, Math.round(step)); // counts: no "0.25 messages" tick
   const first = Math.floor(lo / step) * step;
   const ticks = [];
   for (let i = 0; first + i * step < hi + step - step * 1e-9; i++) ticks.push(+(first + i * step).toPrecision(12));
@@ -94,7 +95,7 @@ export function histogram(counts, { startMs, bucketMs, tickLabel, tipLabel, labe
   if (counts.length === 0) return emptyChart(width, height, label, "No data yet");
   const m = { left: 48, right: 12, top: 12, bottom: 30 };
   const root = frame(width, height, label, "chart-histogram");
-  const ticks = niceTicks(0, Math.max(1, ...counts), 4);
+  const ticks = niceTicks(0, Math.max(1, ...counts), 4, true);
   const ymax = ticks[ticks.length - 1];
   const y = (v) => height - m.bottom - ((height - m.top - m.bottom) * v) / ymax;
   yAxis(root, ticks, y, m.left, width - m.right, fmtCompact);

@@ -16,6 +16,7 @@ function row(label, value) {
 
 function details(m) {
   const groups = Object.entries(m.groups ?? {});
+  const tags = Array.isArray(m.tags) ? m.tags : m.tags ? [m.tags] : []; // brokers give one string
   return el(
     "dl",
     { class: "details", id: "message-details" },
@@ -25,7 +26,7 @@ function details(m) {
     row("Created", timeBlock(m.born_ms)),
     row("Topic", el("span", { class: "mono", id: "detail-topic" }, m.topic)),
     row("Key", m.key === null || m.key === undefined ? el("span", { class: "muted" }, "none") : el("span", { class: "mono", id: "detail-key" }, m.key)),
-    row("Tags", (m.tags ?? []).length ? (m.tags ?? []).map((t) => el("span", { class: "tag" }, t)) : el("span", { class: "muted" }, "none")),
+    row("Tags", tags.length ? tags.map((t) => el("span", { class: "tag" }, t)) : el("span", { class: "muted" }, "none")),
     row("Attempts", fmtInt(m.attempts ?? 0)),
     row("Last error", m.error ? el("pre", { class: "error-text", id: "detail-error" }, m.error) : el("span", { class: "muted" }, "none")),
     row("Consumer groups", groups.length ? el("span", {}, groups.map(([g, s]) => el("span", { class: "group-state" }, el("span", { class: "mono" }, g), " ", stateBadge(s)))) : el("span", { class: "muted" }, "none yet")),

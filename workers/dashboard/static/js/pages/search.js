@@ -52,7 +52,7 @@ export async function render(view, ctx) {
     job: field("Job name", input("job", { placeholder: "close_order" })),
     start: field("From (your time)", el("input", { type: "datetime-local", id: "search-start", name: "start", value: q.get("start") ? toLocalInput(startMs) : "" })),
     end: field("To (your time)", el("input", { type: "datetime-local", id: "search-end", name: "end", value: q.get("end") ? toLocalInput(endMs) : "" })),
-    topic: field("Topic", input("topic", { placeholder: "any" }), "optional"),
+    topic: field("Topic", input("topic", { placeholder: "any topic" })),
   };
   const shownFor = { id: ["id"], key: ["key", "topic"], prefix: ["prefix", "topic"], job: ["job", "topic"], range: ["start", "end", "topic"] };
   const showFields = (m) => {
