@@ -21,6 +21,7 @@ was wrong and what to do about it.
     └── BrokerError                         the broker itself failed
         ├── BrokerClosed                    call on a closed broker or consumer
         ├── BrokerLocked                    data directory owned by another process
+        ├── StorageFull                     no space left for the data directory: writes refused
         ├── ConnectionFailed                a remote broker could not be reached
         │   └── OwnerLost                   a shared rocksdb:// owner died mid-call (broker_adapter.shared)
         └── AuthenticationFailed            wrong or missing token
@@ -133,6 +134,26 @@ class BrokerLocked(BrokerError):
         super().__init__(
             f"data directory {path!r} is held by {holder}; stop that process, or reach its "
             "broker through `chronoq broker serve` and a chronoq:// URL"
+        )
+
+
+class StorageFull(BrokerError):
+    """No space is left on the disk of the broker's data directory: the write was
+    refused and nothing of it was stored (a send that raised this was not accepted;
+    retrying it, keyed or not, stores it once). Reads keep working meanwhile.
+
+    :param path: the data directory.
+    :param detail: what the storage engine said.
+    """
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        self.detail = detail
+        super().__init__(
+            f"no space left for the broker's data directory {path!r}; the write was refused "
+            "and nothing of it was stored: free space on that disk (or move the directory "
+            "to a bigger one) and retry; the broker resumes writing by itself within about "
+            f"a second once there is room, reads work meanwhile ({detail})"
         )
 
 

@@ -103,9 +103,6 @@ class EmbeddedBroker(AdapterBase):
         clock = clock or SystemClock()
         core = self._core = BrokerCore(path, clock, durability=durability, window_ms=window_ms)
         self.path = core.store.path
-        # The key index as the send path uses it (handle for writes, family for reads);
-        # dropped on close, as it keeps the DB open.
-        self._key_index: tuple[Any, ...] = (core.store.handle[K.CF_KEYS], core.store.cf[K.CF_KEYS])
         self.max_body_bytes = max_body_bytes
         self.max_delay_ms = max_delay_ms
         self.retention_ms = retention_ms
@@ -178,7 +175,9 @@ class EmbeddedBroker(AdapterBase):
         results: list[SendResult] = []
         with core.lock:
             self.check_open()  # closed while waiting for the lock
-            h_keys, keys_cf = self._key_index
+            core.resume_writes()  # after a full disk: retries the store at most every ~1 s
+            # (not kept across calls: a reopen after a full disk replaces them)
+            h_keys, keys_cf = store.handle[K.CF_KEYS], store.cf[K.CF_KEYS]
             now = core.now()
             dues = [m.deliver_at(now) for m in messages]
             limit = min(now + self.max_delay_ms, K.MAX_TIME_MS)
@@ -368,5 +367,4 @@ class EmbeddedBroker(AdapterBase):
         self._groups.notify()  # waiting pulls answer BrokerClosed
         self._wheel_thread.stop()
         self._groups.close()
-        self._key_index = ()
         self._core.close()

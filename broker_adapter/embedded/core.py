@@ -85,11 +85,7 @@ class BrokerCore:
         store = self._store = RocksStore(path, durability)
         self._clock = clock
         self._lock = threading.RLock()
-        # Family handles of the hot paths; dropped in close() (they keep the DB open).
-        handle = store.handle
-        self._h_wheel: Any = handle[K.CF_WHEEL]
-        self._h_ready: Any = handle[K.CF_READY]
-        self._h_meta: Any = handle[K.CF_META]
+        self._window_ms = window_ms
         self._topic_ids: dict[str, int] = {}
         self._topic_names: dict[int, str] = {}
         self._prefixes: dict[int, bytes] = {}
@@ -102,8 +98,26 @@ class BrokerCore:
         self.topic_names: Mapping[int, str] = self._topic_names
         self.prefixes: Mapping[int, bytes] = self._prefixes
         self.tails: Mapping[int, bytes] = self._tails
+        self._last_now = 0
+        self._load_state()
+        self._wake = threading.Condition(threading.Lock())
+        self._kicked = False
+        self._planned_wake = 0
+        clock.subscribe(self.kick)
+
+    def _load_state(self) -> None:
+        """Read the in-memory state from the store: on open, and after a reopen (writes
+        refused meanwhile may have left the memory ahead of the store)."""
+        store = self._store
+        # Family handles of the hot paths; dropped in close() (they keep the DB open).
+        handle = store.handle
+        self._h_wheel: Any = handle[K.CF_WHEEL]
+        self._h_ready: Any = handle[K.CF_READY]
+        self._h_meta: Any = handle[K.CF_META]
         for key, value in store.scan(K.CF_META, K.META_TOPIC, b"U", 1 << 30):
             self._remember_topic(key[1:].decode(), int(K.U16.unpack(value)[0]))
+        self._pending.clear()  # counters of writes that failed go too
+        self._fired.clear()
         for key, value in store.scan(K.CF_META, K.META_COUNTERS, b"O", 1 << 30):
             tid = int(K.U16.unpack_from(key, 1)[0])
             self._pending[tid], self._fired[tid] = K.U64X2.unpack(value)
@@ -111,17 +125,36 @@ class BrokerCore:
         self._seq = self._seq_hi = int(K.U64.unpack(seq)[0]) if seq else 1
         fired_upto = store.cf[K.CF_META].get(K.META_FIRED_UPTO) or K.wheel_key(0, 0)
         self._fired_upto: bytes = fired_upto
-        self._last_now = K.wheel_time(fired_upto)
+        self._last_now = max(self._last_now, K.wheel_time(fired_upto))
         for tid in self._topic_names:
             lo, hi = K.topic_range(tid)
             tail = store.last_key(K.CF_READY, lo, hi)
             if tail is not None:
                 self._tails[tid] = tail
-        self._wheel = TimingWheel(store, fired_upto, window_ms=window_ms)
-        self._wake = threading.Condition(threading.Lock())
-        self._kicked = False
-        self._planned_wake = 0
-        clock.subscribe(self.kick)
+        self._wheel = TimingWheel(store, fired_upto, window_ms=self._window_ms)
+
+    def resume_writes(self) -> bool:
+        """Whether the store takes writes; after a full disk, try (at most every
+        :data:`~.store.RESUME_PROBE_S`, when there seems to be room) to reopen it and
+        reload the in-memory state, behind the broker lock. Called by the wheel thread
+        and before a send, so writing resumes by itself once space is freed."""
+        store = self._store
+        if store.writable:
+            return True
+        with self._lock:
+            if store.writable or not store.resume_due():
+                return store.writable
+            self._h_wheel = self._h_ready = self._h_meta = None  # or the old DB stays open
+            resumed = store.resume()
+            if resumed:
+                self._load_state()
+            else:  # read-only meanwhile: reads go on
+                self._h_wheel, self._h_ready, self._h_meta = (
+                    store.handle.get(K.CF_WHEEL),
+                    store.handle.get(K.CF_READY),
+                    store.handle.get(K.CF_META),
+                )
+            return resumed
 
     @property
     def fired_upto(self) -> bytes:
@@ -149,10 +182,7 @@ class BrokerCore:
                 tid = len(self._topic_ids) + 1
                 if tid > K.MAX_TOPICS:
                     raise InvalidArgument(f"this broker already has {K.MAX_TOPICS} topics")
-                store = self._store
-                store.cf[K.CF_META].put(
-                    K.META_TOPIC + name.encode(), K.U16.pack(tid), store.write_opt
-                )
+                self._store.put(K.CF_META, K.META_TOPIC + name.encode(), K.U16.pack(tid))
                 self._remember_topic(name, tid)
             return tid
 
@@ -171,9 +201,9 @@ class BrokerCore:
         across a reopen."""
         seq = self._seq
         if seq + n >= self._seq_hi:
-            self._seq_hi = seq + n + SEQ_BLOCK
-            store = self._store
-            store.cf[K.CF_META].put(K.META_SEQ, K.U64.pack(self._seq_hi), store.write_opt)
+            hi = seq + n + SEQ_BLOCK
+            self._store.put(K.CF_META, K.META_SEQ, K.U64.pack(hi))
+            self._seq_hi = hi
         self._seq = seq + n
         return seq
 

@@ -74,6 +74,9 @@ class WheelThread:
         next_trim = 0  # broker time: a ManualClock drives trimming in tests
         while not self._stopping:
             try:
+                if not core.resume_writes():  # a full disk: wait for room, quietly
+                    core.wait_for_work(core.now() + 1000, _IDLE_S)
+                    continue
                 if self.fire_due():
                     time.sleep(0)  # let senders and consumers in between chunks
                     continue

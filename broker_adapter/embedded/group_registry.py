@@ -23,6 +23,7 @@ from broker_adapter.embedded.consumer import EmbeddedConsumer, ReadySignal
 from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.groups import ConsumerGroup, Flight
 from broker_adapter.embedded.records import record_id, with_topic_and_attempts
+from broker_adapter.errors import ChronoqError
 from broker_adapter.results import GroupStats
 
 # Acks are persisted at most this often (a crash may redeliver what was acked since).
@@ -112,7 +113,7 @@ class GroupRegistry:
                 gid = g.gid if g is not None else len(self._groups) + 1
                 subscribed = sorted((known - {retry_topic(group)}) | set(names))
                 value = K.U16.pack(gid) + json.dumps(subscribed).encode()
-                store.cf[K.CF_META].put(K.META_GROUP + group.encode(), value, store.write_opt)
+                store.put(K.CF_META, K.META_GROUP + group.encode(), value)
                 if g is None:
                     g = self._load_group(group, value)
                 else:
@@ -189,7 +190,7 @@ class GroupRegistry:
                 return False
             if not attempt:  # a release: this delivery does not count
                 flight.attempts -= 1
-            self.redeliver(group, flight, delay_ms, reason, dead, may_die=attempt)
+            self._redeliver_or_keep(group, flight, delay_ms, reason, dead, may_die=attempt)
         self.notify()
         return True
 
@@ -245,6 +246,26 @@ class GroupRegistry:
         else:
             core.wake_if_before(due)
 
+    def _redeliver_or_keep(
+        self,
+        group: ConsumerGroup,
+        flight: Flight,
+        delay_ms: int | None,
+        reason: str | None,
+        dead: bool,
+        may_die: bool = True,
+    ) -> None:
+        """:meth:`redeliver` a dropped flight; if that fails to write (a full disk), put
+        it back in flight (group lock held) so it is neither lost nor skipped, and raise.
+
+        :raises ChronoqError: the write failed (``StorageFull`` on a full disk).
+        """
+        try:
+            self.redeliver(group, flight, delay_ms, reason, dead, may_die)
+        except ChronoqError:
+            group.restore(flight)
+            raise
+
     def release_held(self, consumer: EmbeddedConsumer, group: ConsumerGroup) -> None:
         """Give back a closing consumer's in-flight messages (of its ``group``) for
         redelivery at once."""
@@ -272,7 +293,7 @@ class GroupRegistry:
             with group.lock:
                 for flight in group.expired(now):
                     group.drop_flight(flight.receipt)
-                    self.redeliver(group, flight, 0, "invisible time expired", dead=False)
+                    self._redeliver_or_keep(group, flight, 0, "invisible time expired", False)
                 if group.dirty and time.monotonic() - group.last_commit >= COMMIT_INTERVAL_S:
                     self.commit(group)
                 nd = group.next_deadline()

@@ -15,6 +15,7 @@ of a group are :class:`~broker_adapter.embedded.consumer.EmbeddedConsumer` objec
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import threading
 from collections import deque
@@ -153,6 +154,20 @@ class ConsumerGroup:
         flight.consumer.held_bytes -= flight.size
         self.dirty.add(flight.tid)
         return flight
+
+    def restore(self, flight: Flight) -> None:
+        """Put back in flight a message whose settling failed to write (a full disk),
+        with its deadline: it expires and comes back as usual, and the committed
+        position stays before it (so no cursor write can skip it)."""
+        pull = Pull(flight.deadline, flight.consumer)
+        self.inflight[flight.receipt] = (flight.record, pull)
+        flight.consumer.held += 1
+        flight.consumer.held_bytes += flight.size
+        keys = self.by_topic.setdefault(flight.tid, deque())
+        at = bisect.bisect_left(keys, flight.receipt)
+        if at == len(keys) or keys[at] != flight.receipt:
+            keys.insert(at, flight.receipt)
+        self.watch(pull, [flight.receipt])
 
     def expired(self, now_ms: int) -> list[Flight]:
         """In-flight messages whose invisible time has passed (left in flight)."""

@@ -2,6 +2,15 @@
 
 It owns the durability choice (see :data:`DURABILITY_MODES`) and says who holds
 the directory when RocksDB's lock refuses us.
+
+Every write goes through :meth:`RocksStore.write` or :meth:`RocksStore.put`, the one
+place RocksDB's errors become typed ones: no space left (and RocksDB's "Writer has
+previous error" that follows it) is :class:`~broker_adapter.errors.StorageFull`,
+any other failure a :class:`~broker_adapter.errors.BrokerError`. A write that raised
+was not applied (RocksDB writes the WAL before the memtable, and a torn WAL tail
+is dropped on recovery). After a full disk RocksDB refuses every write until the
+DB is reopened (rocksdict exposes no ``Resume()``), so :meth:`RocksStore.resume`
+reopens it in place once there is room again; reads keep working meanwhile.
 """
 
 from __future__ import annotations
@@ -11,9 +20,14 @@ import logging
 import os
 import socket
 import sys
+import time
+import traceback
+import weakref
 from pathlib import Path
+from typing import Any
 
 from rocksdict import (
+    AccessType,
     BlockBasedOptions,
     Cache,
     Options,
@@ -24,7 +38,13 @@ from rocksdict import (
 )
 
 from broker_adapter.embedded.keys import COLUMN_FAMILIES
-from broker_adapter.errors import BrokerError, BrokerLocked, InvalidArgument
+from broker_adapter.errors import (
+    BrokerError,
+    BrokerLocked,
+    ChronoqError,
+    InvalidArgument,
+    StorageFull,
+)
 
 log = logging.getLogger("chronoq.broker_adapter.RocksStore")
 log.addHandler(logging.NullHandler())
@@ -44,6 +64,26 @@ OWNER_FILE = "CHRONOQ_OWNER"
 MEMTABLE_BUDGET = 48 * 1024 * 1024
 BLOCK_CACHE_BYTES = 32 * 1024 * 1024
 _BIG_FAMILIES = ("wheel", "ready")
+
+#: Least time between two attempts to resume writing after a full disk.
+RESUME_PROBE_S = 1.0
+# Reopening replays the WAL into a new table file: ask for that much room plus slack.
+_RESUME_SLACK_BYTES = 4 * 1024 * 1024
+_NO_SPACE = ("No space left on device", "Writer has previous error")
+
+
+def is_no_space(text: str) -> bool:
+    """Whether a RocksDB error text means the disk (or quota) is full."""
+    return any(s in text for s in _NO_SPACE)
+
+
+class _Families(dict[str, Any]):
+    """Family objects by name; empty only while the DB is being reopened."""
+
+    path = ""
+
+    def __missing__(self, name: str) -> Any:
+        raise StorageFull(self.path, "the store is reopening after a full disk; retry")
 
 
 def _options(cache: Cache, family: str | None = None) -> Options:
@@ -89,18 +129,17 @@ class RocksStore:
         self.path = Path(path).resolve()
         self.durability = durability
         self.path.mkdir(parents=True, exist_ok=True)
-        cache = Cache(BLOCK_CACHE_BYTES)
-        cfs = {name: _options(cache, name) for name in COLUMN_FAMILIES}
-        try:
-            self.db = Rdict(str(self.path), _options(cache), column_families=cfs)
-        except Exception as e:
-            text = str(e)
-            if "lock" in text.lower():
-                raise BrokerLocked(str(self.path), self._holder()) from e
-            raise BrokerError(f"cannot open RocksDB at {self.path}: {text}") from e
-        self._write_owner()
-        self.cf = {name: self.db.get_column_family(name) for name in COLUMN_FAMILIES}
-        self.handle = {name: self.db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
+        self._cache = Cache(BLOCK_CACHE_BYTES)
+        self.cf: dict[str, Any] = _Families()
+        self.handle: dict[str, Any] = _Families()
+        self.cf.path = self.handle.path = str(self.path)
+        # Why writes are refused (a full disk), or None; and when resume() last tried.
+        self._refused: str | None = None
+        self._probed = 0.0
+        # Errors raised for a full disk: their tracebacks hold callers' frames, whose
+        # locals may hold family objects, which would keep the old DB open on resume.
+        self._raised: weakref.WeakSet[BaseException] = weakref.WeakSet()
+        self._open(read_only=False)
         self.write_opt = WriteOptions()
         if durability == "sync":
             self.write_opt.sync = True
@@ -111,6 +150,31 @@ class RocksStore:
         self.lazy_opt = WriteOptions()
         if durability == "fast":
             _disable_wal(self.lazy_opt)
+
+    def _open(self, read_only: bool) -> None:
+        cfs = {name: _options(self._cache, name) for name in COLUMN_FAMILIES}
+        access = AccessType.read_only() if read_only else AccessType.read_write()
+        try:
+            self.db = Rdict(
+                str(self.path), _options(self._cache), column_families=cfs, access_type=access
+            )
+        except Exception as e:
+            text = str(e)
+            if is_no_space(text):  # before the lock test: the cause, not a symptom
+                raise StorageFull(str(self.path), text) from e
+            if "lock" in text.lower():
+                raise BrokerLocked(str(self.path), self._holder()) from e
+            raise BrokerError(f"cannot open RocksDB at {self.path}: {text}") from e
+        if not read_only:
+            try:
+                self._write_owner()
+            except OSError as e:
+                self._release()
+                raise StorageFull(str(self.path), f"writing {OWNER_FILE}: {e}") from e
+        self.cf.update({name: self.db.get_column_family(name) for name in COLUMN_FAMILIES})
+        self.handle.update(
+            {name: self.db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
+        )
 
     def _holder(self) -> str:
         try:
@@ -131,8 +195,97 @@ class RocksStore:
         return WriteBatch(raw_mode=True)
 
     def write(self, batch: WriteBatch, lazy: bool = False) -> None:
-        """Apply ``batch`` atomically; ``lazy`` for writes a crash may repeat."""
-        self.db.write(batch, self.lazy_opt if lazy else self.write_opt)
+        """Apply ``batch`` atomically; ``lazy`` for writes a crash may repeat.
+
+        :raises StorageFull: the disk is full; nothing of ``batch`` was written.
+        :raises BrokerError: RocksDB failed otherwise; nothing was written.
+        """
+        try:
+            self.db.write(batch, self.lazy_opt if lazy else self.write_opt)
+        except Exception as e:
+            raise self._write_error(e) from e
+
+    def put(self, cf: str, key: bytes, value: bytes) -> None:
+        """Write one ``key`` of family ``cf`` durably (as :meth:`write` does a batch).
+
+        :raises StorageFull: the disk is full; nothing was written.
+        :raises BrokerError: RocksDB failed otherwise; nothing was written.
+        """
+        try:
+            self.cf[cf].put(key, value, self.write_opt)
+        except Exception as e:
+            raise self._write_error(e) from e
+
+    def _write_error(self, e: Exception) -> BrokerError:
+        if isinstance(e, BrokerError):
+            return e
+        text = str(e)
+        if self._refused is not None or is_no_space(text):
+            if self._refused is None:
+                self._refused = text
+                log.warning("writes refused on %s: %s", self.path, text)
+            err = StorageFull(str(self.path), text)
+            self._raised.add(err)
+            return err
+        return BrokerError(f"RocksDB write failed in {self.path}: {text}")
+
+    @property
+    def writable(self) -> bool:
+        """False while writes are refused after a full disk (see :meth:`resume`)."""
+        return self._refused is None
+
+    def resume_due(self) -> bool:
+        """Whether :meth:`resume` should try now: writes are refused, the last try was
+        :data:`RESUME_PROBE_S` ago, and the disk seems to have room for the reopen."""
+        if self._refused is None or time.monotonic() - self._probed < RESUME_PROBE_S:
+            return False
+        self._probed = time.monotonic()
+        try:
+            st = os.statvfs(self.path)
+            wal = sum(p.stat().st_size for p in self.path.glob("*.log"))
+        except OSError:
+            return True
+        return st.f_bavail * st.f_frsize >= wal + _RESUME_SLACK_BYTES
+
+    def resume(self) -> bool:
+        """Reopen the DB in place to leave RocksDB's refusing state after a full disk;
+        returns whether writes work again. The WAL replays everything acknowledged.
+        Callers hold every writer off (the core's lock) and have dropped the family
+        objects they keep: a live one keeps the old DB, and its lock, open. If the
+        reopen fails, the DB is opened read-only so reads go on, and a later call
+        tries again."""
+        self._release()
+        try:
+            self._open(read_only=False)
+        except ChronoqError as e:
+            # Log text, never the error: a handler that keeps records would keep its
+            # traceback's frames alive, and their family objects hold the DB open.
+            log.warning("cannot resume writing on %s yet: %s", self.path, str(e))
+            try:
+                self._open(read_only=True)
+            except ChronoqError as again:
+                log.error("cannot reopen %s even read-only: %s", self.path, str(again))
+            return False
+        self._refused = None
+        log.warning("writes resumed on %s", self.path)
+        return True
+
+    def _release(self) -> None:
+        """Close the DB whatever state it is in, and drop every family object so its
+        LOCK goes (a DB that refuses writes raises on close)."""
+        db = self.__dict__.pop("db", None)
+        if db is not None:
+            try:
+                db.close()
+            except Exception as e:  # noqa: BLE001  # a refusing DB still releases once dropped
+                log.warning("closing %s: %s", self.path, str(e))
+        self.cf.clear()
+        self.handle.clear()
+        del db
+        for err in list(self._raised):  # finished frames only: their locals go, lines stay
+            traceback.clear_frames(err.__traceback__)
+        self._raised.clear()
+        gc.collect()
 
     def scan(self, cf: str, lower: bytes, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` ``(key, value)`` pairs of ``cf`` in ``[lower, upper)``, in order."""
@@ -141,9 +294,9 @@ class RocksStore:
         opt.set_iterate_upper_bound(upper)
         out: list[tuple[bytes, bytes]] = []
         for key, value in self.cf[cf].items(from_key=lower, read_opt=opt):
-            if len(out) >= limit or key >= upper:  # type: ignore[operator]  # raw mode: bytes
+            if len(out) >= limit or key >= upper:  # raw mode: bytes
                 break  # (the bound check is belt and braces: bounds misbehaved in some builds)
-            out.append((key, value))  # type: ignore[arg-type]
+            out.append((key, value))
         return out
 
     def count(self, cf: str, lower: bytes, upper: bytes) -> int:
@@ -174,14 +327,10 @@ class RocksStore:
         return None
 
     def close(self) -> None:
-        """Flush memtables (so ``fast`` mode loses nothing on a clean close) and close."""
+        """Flush memtables (so ``fast`` mode loses nothing on a clean close) and close;
+        the directory is released even when RocksDB fails to flush or close."""
         try:
             self.db.flush(True)
-        except Exception:  # pragma: no cover - close must not raise on a broken disk
-            log.exception("flush on close failed for %s", self.path)
-        self.db.close()
-        # Column-family objects keep the DB (and its LOCK) alive until dropped.
-        self.cf.clear()
-        self.handle.clear()
-        del self.db
-        gc.collect()
+        except Exception as e:  # noqa: BLE001  # a full disk: the WAL has every write
+            log.warning("flush on close failed for %s: %s", self.path, str(e))
+        self._release()
