@@ -14,6 +14,7 @@ from broker_adapter import Message, MessageState
 from spark_tasks.pipelines.delivery_report import nearest_rank
 from tests.dashboard.conftest import DashboardProc, ids
 from tests.helpers import eventually
+from workers.job_stats import LATENESS_BOUNDS_S, JobStatsLog, Totals, lateness_bucket
 
 HOUR = timedelta(hours=1)
 
@@ -313,3 +314,20 @@ def test_pages_are_served_with_the_security_headers(dashboard: DashboardProc) ->
     assert r.headers["x-content-type-options"] == "nosniff"
     assert r.headers["referrer-policy"] == "no-referrer"
     assert "https://" not in r.text  # nothing from the internet
+
+
+def test_rates_show_the_job_stats_dispatchers_publish(dashboard: DashboardProc) -> None:
+    nbuckets = len(LATENESS_BOUNDS_S) + 1
+    totals = [Totals((0,) * 5, (0,) * nbuckets)]
+    log = JobStatsLog(lambda: dashboard.broker, lambda: totals[0], _now_ms)
+    lateness = [0] * nbuckets
+    lateness[lateness_bucket(0.002)] = 9  # 9 starts 2 ms late
+    totals[0] = Totals((9, 7, 2, 1, 1), tuple(lateness))
+    log.flush(closing=True)  # what a dispatcher writes every 5 s
+    jobs = dashboard.ok("api/rates", minutes=5)["jobs"]
+    assert [(j["started"], j["succeeded"], j["failed"], j["retried"], j["dead"]) for j in jobs] == [
+        (9, 7, 2, 1, 1)
+    ]
+    job = jobs[0]
+    assert job["lateness_p50_ms"] is not None and 1 <= job["lateness_p50_ms"] <= 2.5
+    assert job["t_ms"] <= _now_ms() and job["interval_ms"] == 5000

@@ -4,7 +4,6 @@ section)."""
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import time
 from typing import Any, Literal
@@ -14,6 +13,7 @@ from fastapi import APIRouter, Query
 from broker_adapter.message import check_topic
 from workers.dashboard.context import Dashboard, version
 from workers.dashboard.lateness import lateness_report
+from workers.job_stats import read_job_stats
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -80,21 +80,21 @@ def due_counts(dash: Dashboard, edges: list[int], topic: str | None) -> tuple[li
 
 
 def _job_samples(dash: Dashboard, since_ms: int) -> list[dict[str, Any]]:
-    """The dispatchers' published job stats since ``since_ms`` (``[]`` before the
-    job-stats module exists in this install)."""
-    try:
-        job_stats = importlib.import_module("workers.job_stats")
-    except ModuleNotFoundError:
-        return []
-    fields = ("started", "succeeded", "failed", "retried", "dead")
-    out = []
-    for s in job_stats.read_job_stats(dash.broker, since_ms=since_ms):
-        doc: dict[str, Any] = {"t_ms": s.t_ms, "interval_ms": s.interval_ms}
-        doc.update({f: getattr(s, f) for f in fields})
-        doc["lateness_p50_ms"] = s.lateness_p50_ms
-        doc["lateness_p99_ms"] = s.lateness_p99_ms
-        out.append(doc)
-    return out
+    """The dispatchers' published job stats since ``since_ms``, merged, oldest first."""
+    return [
+        {
+            "t_ms": s.t_ms,
+            "interval_ms": s.interval_ms,
+            "started": s.started,
+            "succeeded": s.succeeded,
+            "failed": s.failed,
+            "retried": s.retried,
+            "dead": s.dead,
+            "lateness_p50_ms": s.lateness_p50_ms,
+            "lateness_p99_ms": s.lateness_p99_ms,
+        }
+        for s in read_job_stats(dash.broker, since_ms=since_ms)
+    ]
 
 
 def routes(dash: Dashboard, token_required: bool) -> APIRouter:
