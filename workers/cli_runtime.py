@@ -4,7 +4,7 @@ runs of a broker from the command line, without the app's code.
 ::
 
     chronoq reschedule --url URL (--id ID | --key KEY --topic T) (--delay SECONDS | --at ISO8601)
-    chronoq cancel     --url URL --key-prefix P [--topic T]
+    chronoq cancel     --url URL --key-prefix P [--topic T] [--quiet]
     chronoq pending    --url URL [--job NAME] [--key-prefix P] [--topic T]
                        [--start ISO8601] [--end ISO8601] [--limit N]
 
@@ -17,7 +17,9 @@ zone (``2030-01-01T09:00:00+01:00``, ``...Z``); text output shows them in UTC.
   ``--topic`` a key is ambiguous, so ``--key`` needs it.
 * ``cancel`` aborts every pending run whose key starts with the prefix, on
   ``--topic`` or on every topic the broker has (retry and dead-letter topics
-  aside), and says which keys had already fired.
+  aside), and says which keys had already fired. On a terminal it shows a
+  progress bar of keys done on stderr (in countable chunks:
+  :mod:`workers.prefix_cancel`); piped or with ``--quiet``, nothing.
 * ``pending`` lists runs not yet due in due-time order, by job (its runs' tags),
   key prefix, topic and due-time window, reading every page up to ``--limit``
   (default 100). Without ``--topic``, ``--key-prefix`` searches every topic.
@@ -46,7 +48,9 @@ from broker_adapter.message import check_topic
 from broker_adapter.results import PrefixAbortResult, RescheduleStatus
 from scheduler.app_pending import check_app_prefix
 from scheduler.pending_runs import PendingRun, RunQuery, iter_runs
+from scheduler.progress import progress
 from scheduler.receipts import CancelAllResult
+from workers.prefix_cancel import cancel_prefix
 
 #: Exit statuses (see the module docstring).
 DONE, NOTHING, BAD_INPUT = 0, 1, 2
@@ -146,12 +150,16 @@ def cmd_cancel(args: argparse.Namespace, broker: BrokerAdapter) -> int:
     prefix = check_app_prefix(args.key_prefix)
     topics = [check_topic(args.topic)] if args.topic is not None else _topics(broker)
     results: list[PrefixAbortResult] = []
-    for topic in topics:
-        try:
-            results.append(broker.abort_prefix(topic, prefix))
-        except UnknownTopic:
-            if args.topic is not None:
-                raise
+    with progress("cancelling", unit=" keys", quiet=args.quiet) as bar:
+        if bar.shown:  # on a terminal: in chunks it can count (same answer, more work)
+            results = cancel_prefix(broker, topics, prefix, bar, strict=args.topic is not None)
+        else:
+            for topic in topics:
+                try:
+                    results.append(broker.abort_prefix(topic, prefix))
+                except UnknownTopic:
+                    if args.topic is not None:
+                        raise
     res = CancelAllResult.of(results, topics)
     doc = {
         "aborted": res.aborted,
@@ -262,6 +270,7 @@ def add_runtime_parsers(sub: Any, url_default: str) -> None:
     p = parsers["cancel"]
     p.add_argument("--key-prefix", required=True, help="e.g. order:42:")
     p.add_argument("--topic", help="only this topic (default: every topic)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     p = parsers["pending"]
     p.add_argument("--job", help="only runs of this job (its name)")
     p.add_argument("--key-prefix", help="only runs whose key starts with this")
