@@ -19,6 +19,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from broker_adapter.errors import ChronoqError
+from broker_adapter.server.admission import (
+    DEFAULT_HELLO_TIMEOUT_S,
+    DEFAULT_MAX_PER_PEER,
+    DEFAULT_MAX_UNAUTHENTICATED,
+)
 from broker_adapter.server.server import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_INFLIGHT,
@@ -68,6 +73,15 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS)
     p.add_argument(
+        "--max-connections-per-peer",
+        type=int,
+        default=_env("CHRONOQ_MAX_CONNECTIONS_PER_PEER", int, DEFAULT_MAX_PER_PEER),
+        metavar="N",
+        help="connections one client address may hold; every process on one host "
+        "shares its address, ~2-3 per chronoq run "
+        "(default %(default)s, $CHRONOQ_MAX_CONNECTIONS_PER_PEER)",
+    )
+    p.add_argument(
         "--max-inflight",
         type=int,
         default=DEFAULT_MAX_INFLIGHT,
@@ -108,6 +122,11 @@ def serve_main(args: argparse.Namespace) -> int:
             max_connections=args.max_connections,
             max_inflight=args.max_inflight,
             broker_options={"durability": args.durability},
+            max_connections_per_peer=args.max_connections_per_peer,
+            max_unauthenticated=_env(
+                "CHRONOQ_MAX_UNAUTHENTICATED", int, DEFAULT_MAX_UNAUTHENTICATED
+            ),
+            hello_timeout_s=_env("CHRONOQ_HELLO_TIMEOUT_S", float, DEFAULT_HELLO_TIMEOUT_S),
         )
     except ChronoqError as e:
         sys.stderr.write(f"chronoq broker serve: {e}\n")
@@ -136,6 +155,21 @@ def serve_main(args: argparse.Namespace) -> int:
     log.info("signal received: draining")
     server.shutdown(args.drain_timeout)
     return 0
+
+
+def _env(name: str, kind: type[Any], default: Any) -> Any:
+    """``$name`` as ``kind``, or ``default`` when unset.
+
+    :raises SystemExit: for a value that is not a ``kind`` (argparse-style, exit 2).
+    """
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        sys.stderr.write(f"chronoq broker serve: ${name}={raw!r} is not a {kind.__name__}\n")
+        raise SystemExit(2) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

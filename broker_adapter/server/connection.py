@@ -25,7 +25,12 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from broker_adapter.base import Consumer
-from broker_adapter.errors import AuthenticationFailed, BrokerClosed, ChronoqError
+from broker_adapter.errors import (
+    AuthenticationFailed,
+    BrokerClosed,
+    ChronoqError,
+    InvalidArgument,
+)
 from broker_adapter.server import protocol as P
 from broker_adapter.server import values as V
 from broker_adapter.server.handlers import Handlers, arg
@@ -36,7 +41,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("chronoq.broker_adapter.Connection")
 log.addHandler(logging.NullHandler())
 
-HELLO_TIMEOUT_S = 10.0
 #: Operations run off the reader thread, on the server's slow pool.
 SLOW_OPS = frozenset({"abort_prefix"})
 
@@ -47,14 +51,18 @@ class Connection:
     :param server: the owning server.
     :param sock: the accepted socket.
     :param peer: the client's address, for logs.
+    :param address: the client's IP (what the per-address cap counts); ``peer`` by default.
     """
 
     _ids = itertools.count(1)
 
-    def __init__(self, server: BrokerServer, sock: socket.socket, peer: str) -> None:
+    def __init__(
+        self, server: BrokerServer, sock: socket.socket, peer: str, address: str = ""
+    ) -> None:
         self.server = server
         self.sock = sock
         self.peer = peer
+        self.address = address or peer
         self.id = next(self._ids)
         self.consumers: dict[int, Consumer] = {}
         self._cids = itertools.count(1)
@@ -110,7 +118,9 @@ class Connection:
     def _run(self) -> None:
         reader = P.FrameReader(self.sock, self.server.max_frame)
         try:
-            self.sock.settimeout(HELLO_TIMEOUT_S)
+            # The server also closes it at its hello deadline (a byte at a time would
+            # restart this timeout): silent connections must not hold places.
+            self.sock.settimeout(self.server.hello_timeout_s)
             frames = reader.frames()
             self.sock.settimeout(None)
             if frames and self._hello(frames[0]):
@@ -140,9 +150,9 @@ class Connection:
             )
         ):
             self.server.metrics.auth_failed()
-            log.warning(
-                "connection %d from %s: wrong or missing token; closing it", self.id, self.peer
-            )
+            # Counted, and logged once per few seconds: a flood of bad tokens must not
+            # flood the log.
+            self.server.refusals.note("refused: wrong or missing token", self.address)
             self.write(
                 P.error_response(
                     req.rid,
@@ -151,6 +161,10 @@ class Connection:
                     ),
                 )
             )
+            return False
+        why = self.server.authenticate(self)
+        if why is not None:
+            self.write(P.error_response(req.rid, InvalidArgument(why)))
             return False
         self.write(P.response(req.rid, self.server.hello_info()))
         return True

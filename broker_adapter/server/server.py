@@ -10,6 +10,10 @@ run there), a pool for parked long polls, and a housekeeping thread that closes
 the consumers of vanished clients once their in-flight messages went back (after
 their invisible time). Security: it binds 127.0.0.1 by default and refuses a
 non-loopback address without a token; the token is compared in constant time.
+Floods: connections that have not said hello are counted, capped and timed out
+apart from working ones, each address holds at most ``max_connections_per_peer``,
+and refusals are logged once per few seconds with counts
+(:mod:`~broker_adapter.server.admission`).
 With ``unix_path`` it listens on a Unix socket instead (mode 0600, no TCP at
 all): how a process that owns a data directory shares it with later openers of
 the same ``rocksdb://`` URL (:mod:`broker_adapter.shared`).
@@ -37,6 +41,13 @@ from broker_adapter.embedded.broker import EmbeddedBroker
 from broker_adapter.embedded.consumer import EmbeddedConsumer
 from broker_adapter.errors import InvalidArgument
 from broker_adapter.server import protocol as P
+from broker_adapter.server.admission import (
+    DEFAULT_HELLO_TIMEOUT_S,
+    DEFAULT_MAX_PER_PEER,
+    DEFAULT_MAX_UNAUTHENTICATED,
+    Admission,
+    RefusalLog,
+)
 from broker_adapter.server.connection import Connection
 from broker_adapter.server.handlers import Handlers, arg
 from broker_adapter.server.metrics import ServerMetrics
@@ -77,7 +88,12 @@ class BrokerServer:
     :param token: clients must present it; required for a non-loopback ``host``.
     :param manual_clock_ms: test-only: run the broker on a ``ManualClock`` from
         this time and accept the ``advance`` and ``reset`` requests.
-    :param max_connections: connections served at once; more are refused.
+    :param max_connections: authenticated connections served at once; more are refused.
+    :param max_connections_per_peer: connections one address may hold (both stages;
+        see :mod:`~broker_adapter.server.admission`).
+    :param max_unauthenticated: connections that have not said hello yet; past it a
+        newcomer replaces the oldest one of the busiest address.
+    :param hello_timeout_s: seconds a new connection has to say a valid hello.
     :param max_inflight: unanswered requests per connection before it is not read.
     :param max_frame: largest frame accepted (bytes).
     :param broker_options: more ``EmbeddedBroker`` arguments (e.g. ``durability``).
@@ -100,6 +116,9 @@ class BrokerServer:
         max_frame: int = P.MAX_FRAME,
         broker_options: Mapping[str, Any] | None = None,
         unix_path: str | os.PathLike[str] | None = None,
+        max_connections_per_peer: int = DEFAULT_MAX_PER_PEER,
+        max_unauthenticated: int = DEFAULT_MAX_UNAUTHENTICATED,
+        hello_timeout_s: float = DEFAULT_HELLO_TIMEOUT_S,
     ) -> None:
         if not token and unix_path is None and not is_loopback(host):
             raise InvalidArgument(
@@ -107,13 +126,25 @@ class BrokerServer:
                 "send and abort messages; pass --token (or CHRONOQ_TOKEN) or bind 127.0.0.1"
             )
         check_positive_settings(
-            max_connections=max_connections, max_inflight=max_inflight, max_frame=max_frame
+            max_connections=max_connections,
+            max_inflight=max_inflight,
+            max_frame=max_frame,
+            max_connections_per_peer=max_connections_per_peer,
+            max_unauthenticated=max_unauthenticated,
         )
+        if not hello_timeout_s > 0:
+            raise InvalidArgument(f"hello_timeout_s must be > 0, got {hello_timeout_s!r}")
         self.data_dir = Path(data_dir)
         self.token = token or None
         self.max_connections = max_connections
         self.max_inflight = max_inflight
         self.max_frame = max_frame
+        self.hello_timeout_s = hello_timeout_s
+        # Flood control: who may connect, and refusals logged once per few seconds.
+        self.admission: Admission[Connection] = Admission(
+            max_connections, max_connections_per_peer, max_unauthenticated, hello_timeout_s
+        )
+        self.refusals = RefusalLog(log)
         self._broker_options = dict(broker_options or {})
         self.manual_clock = None if manual_clock_ms is None else ManualClock(manual_clock_ms)
         self.broker = self._open_broker()
@@ -191,7 +222,12 @@ class BrokerServer:
         log.info("serving %s on %s (node %s)", self.data_dir, self.address, self.node)
 
     def _accept_loop(self) -> None:
+        next_sweep = 0.0
         while not self._stopping.is_set():
+            now = time.monotonic()
+            if now >= next_sweep:  # hello deadlines, checked a few times a second
+                next_sweep = now + 0.1
+                self._close_silent()
             try:
                 sock, addr = self._sock.accept()
             except TimeoutError:
@@ -206,32 +242,46 @@ class BrokerServer:
             if self.unix_path is None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 peer = f"{addr[0]}:{addr[1]}"
+                address = str(addr[0])
             else:
-                peer = f"unix:{sock.fileno()}"
-            conn = Connection(self, sock, peer)
-            with self._lock:
-                full = len(self._conns) >= self.max_connections
-                if not full:
-                    self._conns.add(conn)
-            if full:
-                self.metrics.refused()
-                log.warning("refusing %s: %d connections already", conn.peer, self.max_connections)
-                with contextlib.suppress(OSError):
-                    sock.sendall(
-                        P.error_response(
-                            0,
-                            InvalidArgument(
-                                f"the broker server has its maximum of {self.max_connections} "
-                                "connections; try again later"
-                            ),
-                        )
-                    )
-                sock.close()
+                peer = address = f"unix:{sock.fileno()}"
+            conn = Connection(self, sock, peer, address)
+            verdict = self.admission.admit(conn, address)
+            for old in verdict.evict:
+                self.refusals.note("silent ones closed for newer", old.address)
+                old.close()
+            if verdict.refusal is not None:
+                self._refuse(sock, address, verdict.refusal, verdict.label)
                 continue
+            with self._lock:
+                self._conns.add(conn)
             conn.thread.start()
+
+    def _refuse(self, sock: socket.socket, address: str, why: str, label: str) -> None:
+        self.metrics.refused()
+        self.refusals.note(f"refused: {label}", address)
+        with contextlib.suppress(OSError):
+            sock.sendall(P.error_response(0, InvalidArgument(f"{why}; try again later")))
+        sock.close()
+
+    def _close_silent(self) -> None:
+        """Close the connections that did not say hello within ``hello_timeout_s``."""
+        for conn in self.admission.expired():
+            self.refusals.note("closed: no hello in time", conn.address)
+            conn.close()
+
+    def authenticate(self, conn: Connection) -> str | None:
+        """``conn`` said a valid hello: count it as a working connection. Returns why it
+        must be refused instead (the server has its maximum), else ``None``."""
+        why = self.admission.authenticate(conn)
+        if why is not None:
+            self.metrics.refused()
+            self.refusals.note("refused at hello (server full, or closed for newer)", conn.address)
+        return why
 
     def _housekeep_loop(self) -> None:
         while not self._stopping.wait(1.0):
+            self.refusals.flush()  # the counts of the last refusals, once the interval passed
             with self._lock:
                 orphans, self._orphans = self._orphans, []
             keep = []
@@ -247,6 +297,7 @@ class BrokerServer:
     def forget(self, conn: Connection) -> None:
         """A connection ended: its consumers become orphans (unless it was reset away)."""
         conn.release_consumers(orphan=not self._stopping.is_set())
+        self.admission.release(conn)
         with self._lock:
             self._conns.discard(conn)
 

@@ -28,6 +28,7 @@ class ServerProcess:
     :param token: ``--token``, if any.
     :param manual_clock_ms: ``--manual-clock`` (test-only admin requests), if any.
     :param extra: more command-line arguments.
+    :param log_path: append the child's stderr (its log) to this file.
     """
 
     def __init__(
@@ -38,12 +39,14 @@ class ServerProcess:
         manual_clock_ms: int | None = None,
         extra: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        log_path: Path | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.token = token
         self.manual_clock_ms = manual_clock_ms
         self.extra = extra
         self.env = env
+        self.log_path = log_path
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
         self.node = ""
@@ -72,9 +75,15 @@ class ServerProcess:
         On a restart the same port is asked for again, so clients find it.
         """
         env = {**os.environ, "PYTHONPATH": str(ROOT), **(self.env or {})}
-        self.proc = subprocess.Popen(
-            self.argv(), stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT
-        )
+        if self.log_path is None:
+            self.proc = subprocess.Popen(
+                self.argv(), stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT
+            )
+        else:
+            with self.log_path.open("a") as err:  # the child keeps its own copy of the fd
+                self.proc = subprocess.Popen(
+                    self.argv(), stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=ROOT
+                )
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
         line = self.proc.stdout.readline() if ready else ""
