@@ -3,8 +3,9 @@
 chronoq's promise is "accepted = delivered or aborted, never lost". On Redis that
 holds only as far as Redis persists: with ``appendonly no`` and no snapshots a
 restart loses every pending message; ``appendfsync everysec`` loses up to about
-one second of acknowledged sends on a crash (``kill -9``, power cut);
-``appendfsync always`` loses none. At connect, both adapters call
+one second of acknowledged sends when the machine crashes (power cut, kernel
+panic: a ``kill -9`` of redis-server alone loses nothing the OS already has,
+``bench/redis_fsync_loss.py`` measured 0); ``appendfsync always`` loses none. At connect, both adapters call
 :func:`check_persistence` (or :func:`check_persistence_async`): it reads
 ``INFO persistence`` and, where ``CONFIG`` is allowed, ``CONFIG GET appendfsync``
 and ``CONFIG GET save`` of every server that holds data (the instance, each
@@ -65,8 +66,9 @@ def assess(server: str, p: Persistence) -> tuple[int, str] | None:
         return None
     if p.appendfsync == "everysec":
         return logging.INFO, (
-            f"Redis {server} runs with appendfsync everysec: a crash loses up to about 1 s "
-            "of acknowledged sends; `appendfsync always` loses none (slower sends)"
+            f"Redis {server} runs with appendfsync everysec: a machine crash (power cut, "
+            "kernel panic) loses up to about 1 s of acknowledged sends; `appendfsync always` "
+            "loses none (slower sends)"
         )
     if p.appendfsync is None:
         return logging.INFO, (
@@ -74,8 +76,8 @@ def assess(server: str, p: Persistence) -> tuple[int, str] | None:
             "cannot tell its appendfsync: only `always` keeps every acknowledged send"
         )
     return logging.WARNING, (
-        f"Redis {server} runs with appendfsync {p.appendfsync}: a crash loses the "
-        f"acknowledged sends the OS had not written yet (seconds of them). {fix}"
+        f"Redis {server} runs with appendfsync {p.appendfsync}: a machine crash loses the "
+        f"acknowledged sends the OS had not written yet (up to ~30 s of them). {fix}"
     )
 
 
