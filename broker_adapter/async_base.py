@@ -1,7 +1,8 @@
 """AsyncBrokerAdapter: the client half of the broker contract, awaitable.
 
 What an app does from a coroutine (send, abort, query, pending, stats, and the
-runtime calls reschedule, abort_prefix and find_pending) without
+runtime calls reschedule, abort_prefix and find_pending, and the dead-letter calls
+dead_letters, requeue_dead, purge_dead and count_pending) without
 blocking its event loop. The semantics are those of
 :class:`~broker_adapter.base.BrokerAdapter`, sentence for sentence (its
 docstrings are the contract); only the calls are awaited. Consumers stay on the
@@ -12,7 +13,8 @@ sync side: a dispatcher pulls in its own thread.
 checks before any I/O, refusing calls once closed, ``send`` as a batch of one.
 An adapter writes only its primitives (``_send_checked``, ``_abort``, ``_query``,
 ``_pending``, ``_stats``, ``_close``, ``_reschedule``, ``_abort_prefix``,
-``_find_pending``: the arguments of the sync primitives of the same names), each a
+``_find_pending``, ``_dead_letters``, ``_requeue_dead``, ``_purge_dead``,
+``_count_pending``: the arguments of the sync primitives of the same names), each a
 coroutine that runs only while open.
 :class:`ThreadedAsyncBroker` is the async face of any sync adapter (the embedded
 broker: a RocksDB call is short and holds the GIL, so it is handed to a thread);
@@ -34,6 +36,9 @@ from broker_adapter.base import BrokerAdapter
 from broker_adapter.checks import (
     NewDue,
     check_abort_args,
+    check_count_edges,
+    check_dead_ids,
+    check_dead_page_args,
     check_find_args,
     check_key_prefix,
     check_pending_limit,
@@ -42,9 +47,12 @@ from broker_adapter.checks import (
 from broker_adapter.errors import BrokerClosed, InvalidArgument, InvalidMessage, MessageTooLarge
 from broker_adapter.message import Message, check_topic
 from broker_adapter.results import (
+    MAX_COUNT_EDGES,
     AbortResult,
     BrokerStats,
+    DeadLetterPage,
     MessageView,
+    PendingCounts,
     PendingPage,
     PrefixAbortResult,
     RescheduleResult,
@@ -121,6 +129,35 @@ class AsyncBrokerAdapter(abc.ABC):
         with_body: bool = False,
     ) -> PendingPage:
         """See :meth:`BrokerAdapter.find_pending`."""
+
+    @abc.abstractmethod
+    async def dead_letters(
+        self,
+        group: str,
+        *,
+        cursor: str | None = None,
+        limit: int = 100,
+        with_body: bool = False,
+    ) -> DeadLetterPage:
+        """See :meth:`BrokerAdapter.dead_letters`."""
+
+    @abc.abstractmethod
+    async def requeue_dead(
+        self, group: str, msg_ids: Sequence[str] | None = None, *, limit: int = 1000
+    ) -> int:
+        """See :meth:`BrokerAdapter.requeue_dead`."""
+
+    @abc.abstractmethod
+    async def purge_dead(
+        self, group: str, msg_ids: Sequence[str] | None = None, *, limit: int = 1000
+    ) -> int:
+        """See :meth:`BrokerAdapter.purge_dead`."""
+
+    @abc.abstractmethod
+    async def count_pending(
+        self, edges_ms: Sequence[int], *, topic: str | None = None
+    ) -> PendingCounts:
+        """See :meth:`BrokerAdapter.count_pending`."""
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -246,6 +283,48 @@ class AsyncAdapterBase(AsyncBrokerAdapter):
             topic, key_prefix, tag, start_ms, end_ms, limit, cursor, bool(with_body)
         )
 
+    async def dead_letters(
+        self,
+        group: str,
+        *,
+        cursor: str | None = None,
+        limit: int = 100,
+        with_body: bool = False,
+    ) -> DeadLetterPage:
+        """See :meth:`BrokerAdapter.dead_letters`."""
+        check_topic(group)
+        check_dead_page_args(limit, cursor)
+        self.check_open()
+        return await self._dead_letters(group, cursor, limit, bool(with_body))
+
+    async def requeue_dead(
+        self, group: str, msg_ids: Sequence[str] | None = None, *, limit: int = 1000
+    ) -> int:
+        """See :meth:`BrokerAdapter.requeue_dead`."""
+        check_topic(group)
+        ids = check_dead_ids(msg_ids, limit)
+        self.check_open()
+        return await self._requeue_dead(group, ids, limit)
+
+    async def purge_dead(
+        self, group: str, msg_ids: Sequence[str] | None = None, *, limit: int = 1000
+    ) -> int:
+        """See :meth:`BrokerAdapter.purge_dead`."""
+        check_topic(group)
+        ids = check_dead_ids(msg_ids, limit)
+        self.check_open()
+        return await self._purge_dead(group, ids, limit)
+
+    async def count_pending(
+        self, edges_ms: Sequence[int], *, topic: str | None = None
+    ) -> PendingCounts:
+        """See :meth:`BrokerAdapter.count_pending`."""
+        edges = check_count_edges(edges_ms, MAX_COUNT_EDGES)
+        if topic is not None:
+            check_topic(topic)
+        self.check_open()
+        return await self._count_pending(edges, topic)
+
     async def close(self) -> None:
         """See :meth:`AsyncBrokerAdapter.close`."""
         if self._closed:
@@ -307,6 +386,24 @@ class AsyncAdapterBase(AsyncBrokerAdapter):
         with_body: bool,
     ) -> PendingPage:
         """See :meth:`AdapterBase._find_pending <broker_adapter.adapter.AdapterBase._find_pending>`."""
+
+    @abc.abstractmethod
+    async def _dead_letters(
+        self, group: str, cursor: str | None, limit: int, with_body: bool
+    ) -> DeadLetterPage:
+        """See :meth:`AdapterBase._dead_letters <broker_adapter.adapter.AdapterBase._dead_letters>`."""
+
+    @abc.abstractmethod
+    async def _requeue_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        """See :meth:`AdapterBase._requeue_dead <broker_adapter.adapter.AdapterBase._requeue_dead>`."""
+
+    @abc.abstractmethod
+    async def _purge_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        """See :meth:`AdapterBase._purge_dead <broker_adapter.adapter.AdapterBase._purge_dead>`."""
+
+    @abc.abstractmethod
+    async def _count_pending(self, edges: tuple[int, ...], topic: str | None) -> PendingCounts:
+        """See :meth:`AdapterBase._count_pending <broker_adapter.adapter.AdapterBase._count_pending>`."""
 
 
 class ThreadedAsyncBroker(AsyncAdapterBase):
@@ -520,6 +617,30 @@ class ThreadedAsyncBroker(AsyncAdapterBase):
             limit=limit,
             cursor=cursor,
             with_body=with_body,
+        )
+        return result
+
+    async def _dead_letters(
+        self, group: str, cursor: str | None, limit: int, with_body: bool
+    ) -> DeadLetterPage:
+        result: DeadLetterPage = await self._call(
+            self._broker.dead_letters, group, cursor=cursor, limit=limit, with_body=with_body
+        )
+        return result
+
+    async def _requeue_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        ids = None if msg_ids is None else list(msg_ids)
+        result: int = await self._call(self._broker.requeue_dead, group, ids, limit=limit)
+        return result
+
+    async def _purge_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        ids = None if msg_ids is None else list(msg_ids)
+        result: int = await self._call(self._broker.purge_dead, group, ids, limit=limit)
+        return result
+
+    async def _count_pending(self, edges: tuple[int, ...], topic: str | None) -> PendingCounts:
+        result: PendingCounts = await self._call(
+            self._broker.count_pending, list(edges), topic=topic
         )
         return result
 

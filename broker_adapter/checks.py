@@ -181,6 +181,64 @@ def check_find_args(
         raise InvalidArgument(f"cursor must be a page's cursor (a str) or None, got {cursor!r}")
 
 
+def check_dead_page_args(limit: object, cursor: object) -> None:
+    """Check a ``dead_letters`` call but its group name (what every adapter checks
+    first); the cursor only for its type: each adapter decodes its own.
+
+    :raises InvalidArgument: for ``limit`` < 1 or a cursor that is not a non-empty str.
+    """
+    check_int("limit", limit)
+    if cursor is not None and (not isinstance(cursor, str) or not cursor):
+        raise InvalidArgument(f"cursor must be a page's cursor (a str) or None, got {cursor!r}")
+
+
+def check_dead_ids(msg_ids: object, limit: object) -> tuple[str, ...] | None:
+    """The ids of a ``requeue_dead``/``purge_dead`` call without repeats (in order), or
+    ``None`` for "the oldest"; what every adapter checks first.
+
+    :raises InvalidArgument: for ``limit`` < 1, ``msg_ids`` that is not ``None`` or a
+        list or tuple of str, or more than ``limit`` ids.
+    """
+    check_int("limit", limit)
+    if msg_ids is None:
+        return None
+    if not isinstance(msg_ids, (list, tuple)):
+        raise InvalidArgument(
+            f"msg_ids must be a list or tuple of ids or None, got {type(msg_ids).__name__} "
+            "(a single id goes in a list: [msg_id])"
+        )
+    for msg_id in msg_ids:
+        if not isinstance(msg_id, str):
+            raise InvalidArgument(f"msg_ids must hold str ids, got {msg_id!r}")
+    if len(msg_ids) > limit:  # type: ignore[operator]  # an int: checked above
+        raise InvalidArgument(
+            f"{len(msg_ids)} msg_ids is more than limit={limit}: split them into calls "
+            "of at most limit ids (or raise limit)"
+        )
+    return tuple(dict.fromkeys(msg_ids))
+
+
+def check_count_edges(edges_ms: object, max_edges: int) -> tuple[int, ...]:
+    """The bucket edges of a ``count_pending`` call as a tuple.
+
+    :raises InvalidArgument: unless ``edges_ms`` is a list or tuple of 2 to
+        ``max_edges`` ints >= 0, strictly increasing.
+    """
+    if not isinstance(edges_ms, (list, tuple)) or not 2 <= len(edges_ms) <= max_edges:
+        raise InvalidArgument(
+            f"edges_ms must be a list of 2 to {max_edges} bucket edges (epoch ms), got "
+            f"{edges_ms!r:.80}"
+        )
+    for i, edge in enumerate(edges_ms):
+        if not is_int(edge, 0):
+            raise InvalidArgument(f"edges_ms[{i}] must be an int >= 0 (epoch ms), got {edge!r}")
+        if i and edge <= edges_ms[i - 1]:
+            raise InvalidArgument(
+                f"edges_ms must increase strictly: edges_ms[{i}]={edge} follows {edges_ms[i - 1]}"
+            )
+    return tuple(edges_ms)
+
+
 def check_name(label: str, value: object) -> str:
     """``value`` if it is a non-empty str of at most 512 characters (a rate bucket, a
     semaphore or a holder name).
@@ -195,6 +253,9 @@ def check_name(label: str, value: object) -> str:
 __all__ = [
     "NewDue",
     "check_abort_args",
+    "check_count_edges",
+    "check_dead_ids",
+    "check_dead_page_args",
     "check_find_args",
     "check_int",
     "check_invisible_ms",

@@ -152,6 +152,36 @@ class PendingPage:
     cursor: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class DeadLetterPage:
+    """One page of ``dead_letters``: a group's dead letters, oldest death first, and
+    the cursor of the next page (``None``: this was the last). Like a
+    :class:`PendingPage`, a page may hold fewer messages than asked, even none,
+    while ``cursor`` is not ``None``: keep going until it is ``None``."""
+
+    messages: list[MessageView]
+    cursor: str | None
+
+
+#: Most bucket edges one ``count_pending`` call takes (so at most 999 buckets).
+MAX_COUNT_EDGES = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCounts:
+    """Answer to ``count_pending``: ``counts[i]`` pending messages are due in
+    ``[edges_ms[i], edges_ms[i + 1])``. ``exact`` is ``False`` when the broker gave
+    an estimate to keep the call cheap (each adapter documents how it estimates)."""
+
+    counts: list[int]
+    exact: bool = True
+
+    @property
+    def total(self) -> int:
+        """Pending messages in all the buckets together."""
+        return sum(self.counts)
+
+
 class ReceivedMessage(NamedTuple):
     """A message handed to a consumer; pass it back to ``ack`` or ``nack``.
 

@@ -35,10 +35,12 @@ from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.coordination import LeaseSemaphores, RateBuckets
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.core import BrokerCore
+from broker_adapter.embedded.dead_letters import DeadLetters
 from broker_adapter.embedded.finder import PendingFinder
 from broker_adapter.embedded.firing import WheelThread
 from broker_adapter.embedded.group_registry import GroupRegistry
 from broker_adapter.embedded.moves import Rescheduler
+from broker_adapter.embedded.pending_counts import PendingCounter
 from broker_adapter.embedded.prefix_abort import abort_prefix
 from broker_adapter.embedded.query import MessageQuery
 from broker_adapter.embedded.records import encode
@@ -49,7 +51,9 @@ from broker_adapter.results import (
     AbortResult,
     AbortStatus,
     BrokerStats,
+    DeadLetterPage,
     MessageView,
+    PendingCounts,
     PendingPage,
     PrefixAbortResult,
     RescheduleResult,
@@ -110,6 +114,8 @@ class EmbeddedBroker(AdapterBase):
         self._queries = MessageQuery(core, self._groups)
         self._rescheduler = Rescheduler(core, max_delay_ms, max_body_bytes)
         self._finder = PendingFinder(core, self._queries)
+        self._dead = DeadLetters(core, self._groups, self._queries)
+        self._counter = PendingCounter(core)
         self._rates = RateBuckets(clock)
         self._slots = LeaseSemaphores(clock)
         retention = Retention(core, self._groups, retention_ms)
@@ -326,6 +332,25 @@ class EmbeddedBroker(AdapterBase):
     ) -> PendingPage:
         """See :meth:`BrokerAdapter.find_pending` and :mod:`~broker_adapter.embedded.finder`."""
         return self._finder.find(topic, key_prefix, tag, start_ms, end_ms, limit, cursor, with_body)
+
+    def _dead_letters(
+        self, group: str, cursor: str | None, limit: int, with_body: bool
+    ) -> DeadLetterPage:
+        """See :meth:`BrokerAdapter.dead_letters` and :mod:`~broker_adapter.embedded.dead_letters`."""
+        return self._dead.page(group, cursor, limit, with_body)
+
+    def _requeue_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        """See :meth:`BrokerAdapter.requeue_dead`."""
+        return self._dead.requeue(group, msg_ids, limit)
+
+    def _purge_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        """See :meth:`BrokerAdapter.purge_dead`."""
+        return self._dead.purge(group, msg_ids, limit)
+
+    def _count_pending(self, edges: tuple[int, ...], topic: str | None) -> PendingCounts:
+        """See :meth:`BrokerAdapter.count_pending` and
+        :mod:`~broker_adapter.embedded.pending_counts` (estimates past a scan budget)."""
+        return self._counter.count(edges, topic)
 
     def _acquire_rate(self, bucket: str, limit: int, period_ms: int) -> int:
         """See :meth:`BrokerAdapter.acquire_rate` (in memory: a restart refills buckets)."""

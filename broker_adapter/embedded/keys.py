@@ -14,7 +14,14 @@ Column families and their keys::
     moves    first wheel key(16)                 -> current wheel key(16): where a rescheduled
                                                     message is; kept while it is pending, fired or
                                                     aborted, dropped with its message by retention
-    consume  gid(2) msg id(16)                   -> group note  a group's retry/dead state of a message
+    consume  gid(2) msg id(16)                   -> group note  a group's retry/dead state of a message:
+                                                    kind(1) attempts(2) wheel key(16) reason;
+                                                    kind R: a retry (or requeued dead letter,
+                                                    attempts 0) at that wheel key of
+                                                    %RETRY%<group>; D: a dead letter, its copy
+                                                    at that wheel key of %DLQ%<group>; X: a
+                                                    purged dead letter (done); see
+                                                    dead_letters.py
     meta     b"T" name                           -> tid(2)      topic registry
              b"G" name                           -> gid(2) + JSON list of subscribed topics
              b"C" gid(2) tid(2)                  -> ready key(18) + acked total(8): group cursor

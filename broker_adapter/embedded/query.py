@@ -88,6 +88,22 @@ class MessageQuery:
         msg_id = record_id(record).hex()
         return self._view(msg_id, record, MessageState.PENDING, with_body=with_body)
 
+    def dead_view(
+        self, group: str, record: bytes, attempts: int, error: str | None, with_body: bool
+    ) -> MessageView:
+        """The view ``dead_letters`` gives of ``group``'s dead letter in ``record`` (its
+        copy on ``%DLQ%<group>``: due at its death, the first send's topic).
+
+        :raises DecodeError: for a record that does not decode.
+        """
+        extra: dict[str, object] = {
+            "attempts": attempts,
+            "error": error,
+            "groups": {group: MessageState.DEAD},
+        }
+        msg_id = record_id(record).hex()
+        return self._view(msg_id, record, MessageState.DEAD, extra, with_body)
+
     def _fired_view(
         self, msg_id: str, raw: bytes, tid: int, wkey: bytes, record: bytes
     ) -> MessageView:
@@ -127,6 +143,8 @@ class MessageQuery:
             why = note[19:].decode(errors="replace") or None
             if kind == b"D":
                 return MessageState.DEAD, tries, why, None
+            if kind == b"X":  # a purged dead letter (see dead_letters.py)
+                return MessageState.DONE, tries, why, None
             if cf[K.CF_WHEEL].get(loc) is not None:
                 return MessageState.PENDING, tries, why, K.wheel_time(loc)
             ready_key = K.tid_bytes(group.retry_tid) + loc

@@ -25,7 +25,7 @@ from broker_adapter.base import (
 from broker_adapter.checks import NewDue, check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.errors import InvalidArgument
-from broker_adapter.memory import runtime
+from broker_adapter.memory import dead_letters, runtime
 from broker_adapter.memory.consumer import MemoryConsumer
 from broker_adapter.memory.finder import find_pending
 from broker_adapter.memory.shared import SHARED, StoreSettings
@@ -35,7 +35,9 @@ from broker_adapter.message import Message
 from broker_adapter.results import (
     AbortResult,
     BrokerStats,
+    DeadLetterPage,
     MessageView,
+    PendingCounts,
     PendingPage,
     PrefixAbortResult,
     RescheduleResult,
@@ -210,6 +212,25 @@ class MemoryBroker(AdapterBase):
     def _release_slot(self, name: str, holder: str) -> bool:
         """See :meth:`BrokerAdapter.release_slot`."""
         return self._store.slots.release(name, holder)
+
+    def _dead_letters(
+        self, group: str, cursor: str | None, limit: int, with_body: bool
+    ) -> DeadLetterPage:
+        """See :meth:`BrokerAdapter.dead_letters` and :mod:`~broker_adapter.memory.dead_letters`."""
+        return dead_letters.dead_letters(self._store, group, cursor, limit, with_body)
+
+    def _requeue_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        """See :meth:`BrokerAdapter.requeue_dead`."""
+        return dead_letters.requeue_dead(self._store, group, msg_ids, limit)
+
+    def _purge_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        """See :meth:`BrokerAdapter.purge_dead`."""
+        return dead_letters.purge_dead(self._store, group, msg_ids, limit)
+
+    def _count_pending(self, edges: tuple[int, ...], topic: str | None) -> PendingCounts:
+        """See :meth:`BrokerAdapter.count_pending` (exact unless a call would pass
+        :data:`~broker_adapter.memory.dead_letters.COUNT_BUDGET` steps)."""
+        return dead_letters.count_pending(self._store, edges, topic)
 
     def _consumer(self, group: str, topics: tuple[str, ...], limits: ConsumerLimits) -> Consumer:
         """See :meth:`BrokerAdapter.consumer`."""

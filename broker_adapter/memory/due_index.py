@@ -66,6 +66,37 @@ class DueIndex:
                 if (copy.due_ms, copy.seq) > position:
                     yield copy
 
+    def count_between(
+        self, lo: int, hi: int, topic: str | None, budget: int
+    ) -> tuple[int, bool, int]:
+        """How many copies are due in ``[lo, hi)`` (of ``topic``'s messages only, if
+        given): ``(count, exact, work)``. A bucket wholly inside the range counts as
+        one step of work without a topic, else each copy looked at counts one. Past
+        ``budget`` steps the rest of the range is extrapolated from the density of
+        the part counted (``exact`` false)."""
+        numbers, buckets = self._numbers, self._buckets
+        first = bisect.bisect_left(numbers, lo // BUCKET_MS)
+        end = bisect.bisect_left(numbers, (hi - 1) // BUCKET_MS + 1)
+        total = work = 0
+        for i in range(first, end):
+            number = numbers[i]
+            bucket = buckets[number]
+            start = number * BUCKET_MS
+            if topic is None and lo <= start and start + BUCKET_MS <= hi:
+                total += len(bucket)
+                work += 1
+            else:
+                total += sum(
+                    1
+                    for c in bucket.values()
+                    if lo <= c.due_ms < hi and (topic is None or c.message.topic == topic)
+                )
+                work += len(bucket)
+            if work >= budget and i + 1 < end:
+                covered = start + BUCKET_MS - lo
+                return total + round(total * (hi - lo - covered) / covered), False, work
+        return total, True, work
+
 
 def _order(copy: Copy) -> Position:
     return copy.due_ms, copy.seq

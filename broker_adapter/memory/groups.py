@@ -30,6 +30,9 @@ class MemoryGroup:
         self.cursors: dict[str, int] = {}
         self.inflight: dict[bytes, Flight] = {}
         self.notes: dict[str, GroupNote] = {}
+        #: msg id -> its copy on the dead-letter topic, while it is a dead letter, in
+        #: order of death (a dict keeps insertion order): requeue/purge of the oldest.
+        self.dead_copies: dict[str, Copy] = {}
         self.acked_total = 0
         self.invisible_ms = 60_000
         self.max_attempts = 16
@@ -99,11 +102,22 @@ class MemoryGroup:
         if note is not None and note.state is MessageState.PENDING:
             note.state, note.retry_due = MessageState.READY, None
 
-    def dead(self, msg_id: str, attempts: int, error: str | None) -> None:
-        """Record that ``msg_id`` went to this group's dead-letter topic."""
+    def dead(self, copy: Copy, attempts: int, error: str | None) -> None:
+        """Record that a message went to this group's dead-letter topic as ``copy``."""
+        msg_id = copy.message.msg_id
         note = self.notes[msg_id]
         note.state, note.attempts, note.retry_due = MessageState.DEAD, attempts, None
         note.error = error or note.error
+        self.dead_copies.pop(msg_id, None)  # a second death goes to the end
+        self.dead_copies[msg_id] = copy
+
+    def undead(self, msg_id: str, state: MessageState) -> GroupNote:
+        """Make the dead letter ``msg_id`` one no more (requeued: ``PENDING``, purged:
+        ``DONE``); its note."""
+        del self.dead_copies[msg_id]
+        note = self.notes[msg_id]
+        note.state = state
+        return note
 
     def expired(self, now_ms: int) -> list[Flight]:
         """Settle and return the deliveries whose invisible time has passed."""
@@ -152,8 +166,9 @@ class MemoryGroup:
         return note is not None and note.state not in (MessageState.DONE, MessageState.DEAD)
 
     def forget(self, msg_id: str) -> None:
-        """Drop the note on a message retention dropped."""
+        """Drop the note on a message retention dropped (and its dead letter)."""
         self.notes.pop(msg_id, None)
+        self.dead_copies.pop(msg_id, None)
 
     def ready(self, logs: dict[str, TopicLog]) -> dict[str, int]:
         """Per topic, copies fired and not yet read by this group."""

@@ -64,6 +64,8 @@ class MemoryStore:
         self._cancelled = 0  # cancelled copies still in _wheel
         #: The pending first sends in due order (see find_pending).
         self.due_index = DueIndex()
+        #: The retries waiting on the wheel, by due time (see count_pending).
+        self.retry_index = DueIndex()
         #: The rate limits and semaphores of acquire_rate/acquire_slot (every handle's).
         self.rates = RateBuckets(clock)
         self.slots = LeaseSemaphores(clock)
@@ -119,6 +121,8 @@ class MemoryStore:
                 copy.message.fired_ms = now
                 copy.message.copy = None
                 self.due_index.discard(copy)
+            else:
+                self.retry_index.discard(copy)
             log.entries.append(copy)
             log.fired_total += 1
             fired += 1
@@ -211,6 +215,8 @@ class MemoryStore:
         if copy.is_first:
             copy.message.copy = copy
             self.due_index.add(copy)
+        else:
+            self.retry_index.add(copy)
 
     def _unschedule(self, stored: StoredMessage) -> None:
         """Take ``stored``'s pending first copy off the wheel (left in the heap marked
@@ -306,12 +312,17 @@ class MemoryStore:
             log.used = True
             log.entries.append(copy)
             log.fired_total += 1
-            group.dead(msg.msg_id, attempts, error)
+            group.dead(copy, attempts, error)
             self.changed.notify_all()
             return
         due = now + (retry_backoff_ms(attempts) if delay_ms is None else delay_ms)
         self._schedule(Copy(msg, group.retry_topic, due, attempts, next(self._seq)))
         group.retrying(msg.msg_id, attempts, due, error)
+
+    def retry_now(self, group: MemoryGroup, msg: StoredMessage) -> None:
+        """Put a fresh copy of ``msg`` (attempts 0) on ``group``'s retry topic, due now
+        (a requeued dead letter); fires at the next tick. Lock held."""
+        self._schedule(Copy(msg, group.retry_topic, self._now, 0, next(self._seq)))
 
     # -- retention ------------------------------------------------------------------------
 

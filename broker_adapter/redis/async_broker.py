@@ -44,6 +44,14 @@ from broker_adapter.redis.client_calls import (
     stat_keys,
 )
 from broker_adapter.redis.connect import parse_url
+from broker_adapter.redis.dead_letters import (
+    count_calls,
+    counts_of,
+    dead_calls,
+    dead_page,
+    settle_call,
+    settle_calls,
+)
 from broker_adapter.redis.keys import Keyspace
 from broker_adapter.redis.runtime_calls import (
     PrefixAbort,
@@ -59,7 +67,9 @@ from broker_adapter.results import (
     AbortResult,
     AbortStatus,
     BrokerStats,
+    DeadLetterPage,
     MessageView,
+    PendingCounts,
     PendingPage,
     PrefixAbortResult,
     RescheduleResult,
@@ -255,6 +265,44 @@ class AsyncRedisBroker(AsyncAdapterBase):
         with redis_errors("find_pending"):
             replies = await self._scripts.pipeline(calls)
         return find_page(replies, topic, limit, with_body)
+
+    async def _dead_letters(
+        self, group: str, cursor: str | None, limit: int, with_body: bool
+    ) -> DeadLetterPage:
+        calls = dead_calls(self._keys, group, cursor, limit, with_body)
+        with redis_errors("dead_letters"):
+            replies = await self._scripts.pipeline(calls)
+        return dead_page(replies, group, limit, with_body)
+
+    async def _requeue_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        return await self._settle_dead(group, "R", msg_ids, limit)
+
+    async def _purge_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        return await self._settle_dead(group, "X", msg_ids, limit)
+
+    async def _settle_dead(
+        self, group: str, how: str, msg_ids: tuple[str, ...] | None, limit: int
+    ) -> int:
+        """As :meth:`RedisBroker._settle_dead <broker_adapter.redis.broker.RedisBroker>`."""
+        keys, now = self._keys, self._clock.now_ms()
+        with redis_errors("requeue_dead" if how == "R" else "purge_dead"):
+            if msg_ids is not None:
+                calls = settle_calls(keys, group, how, msg_ids, now, self._retention_ms)
+                return sum(int(r) for r in await self._scripts.pipeline(calls))
+            done = 0
+            for shard in range(keys.shards):
+                if done >= limit:
+                    break
+                call = settle_call(
+                    keys, shard, group, how, limit - done, (), now, self._retention_ms
+                )
+                done += int(await self._scripts.call(*call))
+            return done
+
+    async def _count_pending(self, edges: tuple[int, ...], topic: str | None) -> PendingCounts:
+        with redis_errors("count_pending"):
+            replies = await self._scripts.pipeline(count_calls(self._keys, edges, topic))
+        return counts_of(replies, len(edges) - 1, topic)
 
     async def _close(self) -> None:
         await self._sender.wait_idle()  # sends accepted before close are answered

@@ -45,6 +45,14 @@ from broker_adapter.redis.client_calls import (
 )
 from broker_adapter.redis.connect import open_client
 from broker_adapter.redis.consumer import RedisConsumer
+from broker_adapter.redis.dead_letters import (
+    count_calls,
+    counts_of,
+    dead_calls,
+    dead_page,
+    settle_call,
+    settle_calls,
+)
 from broker_adapter.redis.firer import Firer, Listener
 from broker_adapter.redis.keys import Keyspace
 from broker_adapter.redis.news import ReadyNews
@@ -64,7 +72,9 @@ from broker_adapter.results import (
     AbortResult,
     AbortStatus,
     BrokerStats,
+    DeadLetterPage,
     MessageView,
+    PendingCounts,
     PendingPage,
     PrefixAbortResult,
     RescheduleResult,
@@ -311,6 +321,48 @@ class RedisBroker(AdapterBase):
         with redis_errors("find_pending"):
             replies = self._scripts.pipeline(calls)
         return find_page(replies, topic, limit, with_body)
+
+    def _dead_letters(
+        self, group: str, cursor: str | None, limit: int, with_body: bool
+    ) -> DeadLetterPage:
+        """See :meth:`BrokerAdapter.dead_letters`: one ``dead.lua`` call per shard."""
+        calls = dead_calls(self._keys, group, cursor, limit, with_body)
+        with redis_errors("dead_letters"):
+            replies = self._scripts.pipeline(calls)
+        return dead_page(replies, group, limit, with_body)
+
+    def _requeue_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        """See :meth:`BrokerAdapter.requeue_dead` and :mod:`~broker_adapter.redis.dead_letters`."""
+        return self._settle_dead(group, "R", msg_ids, limit)
+
+    def _purge_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        """See :meth:`BrokerAdapter.purge_dead`."""
+        return self._settle_dead(group, "X", msg_ids, limit)
+
+    def _settle_dead(
+        self, group: str, how: str, msg_ids: tuple[str, ...] | None, limit: int
+    ) -> int:
+        keys, now = self._keys, self._clock.now_ms()
+        with redis_errors("requeue_dead" if how == "R" else "purge_dead"):
+            if msg_ids is not None:
+                calls = settle_calls(keys, group, how, msg_ids, now, self._retention_ms)
+                return sum(int(r) for r in self._scripts.pipeline(calls))
+            done = 0
+            for shard in range(keys.shards):
+                if done >= limit:
+                    break
+                call = settle_call(
+                    keys, shard, group, how, limit - done, (), now, self._retention_ms
+                )
+                done += int(self._scripts.call(*call))
+            return done
+
+    def _count_pending(self, edges: tuple[int, ...], topic: str | None) -> PendingCounts:
+        """See :meth:`BrokerAdapter.count_pending`: ``ZCOUNT`` per bucket and shard
+        (with a topic, an estimate from its share: :mod:`~broker_adapter.redis.dead_letters`)."""
+        with redis_errors("count_pending"):
+            replies = self._scripts.pipeline(count_calls(self._keys, edges, topic))
+        return counts_of(replies, len(edges) - 1, topic)
 
     def _acquire_rate(self, bucket: str, limit: int, period_ms: int) -> int:
         """See :meth:`BrokerAdapter.acquire_rate`: ``rate.lua`` (GCRA) on one key."""

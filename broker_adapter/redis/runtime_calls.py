@@ -241,16 +241,47 @@ def find_calls(
     )
     calls: list[Call] = []
     for s, (base, due_key) in enumerate(zip(keys.bases, keys.due_keys, strict=True)):
-        if pos is None or (start_ms is not None and start_ms > pos[0]):
-            where: tuple[Any, ...] = (0, "-inf" if start_ms is None else start_ms, "")
-        elif s < pos[1]:
-            where = (1, pos[0], "")  # this shard's entries at the position's due came before
-        elif s > pos[1]:
-            where = (0, pos[0], "")
-        else:
-            where = (2, pos[0], pos[2])
-        calls.append(("find", due_key, (base, *where, *common)))
+        calls.append(("find", due_key, (base, *resume_where(pos, s, start_ms), *common)))
     return calls
+
+
+def resume_where(pos: Position | None, shard: int, start_ms: int | None = None) -> tuple[Any, ...]:
+    """Where ``shard`` reads on after the merged position ``pos`` (``None``: from
+    ``start_ms`` or the start): ``(mode, due, member)`` of ``find.lua``/``dead.lua``."""
+    if pos is None or (start_ms is not None and start_ms > pos[0]):
+        return (0, "-inf" if start_ms is None else start_ms, "")
+    if shard < pos[1]:
+        return (1, pos[0], "")  # this shard's entries at the position's due came before
+    if shard > pos[1]:
+        return (0, pos[0], "")
+    return (2, pos[0], pos[2])
+
+
+def merge_rows(
+    replies: Sequence[bytes], limit: int
+) -> tuple[bool, list[tuple[int, int, bytes, Any]], Position | None]:
+    """Merge every shard's ``find.lua``/``dead.lua`` reply (shard order): whether any
+    shard knows the topic, the rows ``(due, shard, member, row)`` up to the earliest
+    position a shard stopped at (what lies beyond it is not known to be in order yet),
+    the first ``limit`` of them, and the position the next page starts after."""
+    known = False
+    stops: list[Position] = []
+    rows: list[tuple[int, int, bytes, Any]] = []
+    for s, packed in enumerate(replies):
+        shard_known, exhausted, due, member, shard_rows = msgpack.unpackb(packed, raw=True)
+        known = known or bool(shard_known)
+        if not exhausted:
+            stops.append((int(due), s, member))
+        rows.extend((int(row[1]), s, row[0], row) for row in shard_rows)
+    stop = min(stops) if stops else None
+    if stop is not None:
+        rows = [r for r in rows if r[:3] <= stop]
+    rows.sort(key=lambda r: r[:3])
+    next_pos: Position | None = stop
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_pos = rows[-1][:3]
+    return known, rows, next_pos
 
 
 def find_page(
@@ -262,25 +293,9 @@ def find_page(
 
     :raises UnknownTopic: for a ``topic`` no shard ever had a message of.
     """
-    known = False
-    stops: list[Position] = []
-    rows: list[tuple[int, int, bytes, Any]] = []
-    for s, packed in enumerate(replies):
-        shard_known, exhausted, due, member, shard_rows = msgpack.unpackb(packed, raw=True)
-        known = known or bool(shard_known)
-        if not exhausted:
-            stops.append((int(due), s, member))
-        rows.extend((int(row[1]), s, row[0], row) for row in shard_rows)
+    known, rows, next_pos = merge_rows(replies, limit)
     if topic is not None and not known:
         raise UnknownTopic(topic)
-    stop = min(stops) if stops else None
-    if stop is not None:
-        rows = [r for r in rows if r[:3] <= stop]
-    rows.sort(key=lambda r: r[:3])
-    next_pos: Position | None = stop
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_pos = rows[-1][:3]
     messages = [
         pending_view(K.make_id(s, n.decode()), row, row[8] if with_body else None)
         for _, s, n, row in rows

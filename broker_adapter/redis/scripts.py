@@ -51,6 +51,9 @@ NAMES = (
     "find",
     "rate",
     "slot",
+    "dead",
+    "settle_dead",
+    "count",
 )
 
 #: Scripts whose shard loop must not run twice: a call that failed part way (a key of

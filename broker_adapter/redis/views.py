@@ -107,6 +107,25 @@ def pending_view(msg_id: str, row: Sequence[Any], body: bytes | None = None) -> 
     )
 
 
+def dead_view(msg_id: str, group: str, row: Sequence[Any], with_body: bool) -> MessageView:
+    """A ``DEAD`` view from a ``dead.lua`` row ``(n, death, topic, born, key, tags, body
+    size, deliveries, body, error)`` (the body only ``with_body``)."""
+    return MessageView(
+        msg_id=msg_id,
+        topic=row[2].decode(),
+        state=MessageState.DEAD,
+        deliver_at_ms=int(row[1]),
+        born_ms=int(row[3] or 0),
+        attempts=int(row[7]),
+        key=_text(row[4] or None),
+        tags=_text(row[5] or None),
+        body_size=int(row[6]),
+        groups={group: MessageState.DEAD},
+        error=_text(row[9] or None),
+        body=bytes(row[8]) if with_body else None,
+    )
+
+
 def build_stats(hashes: Sequence[Mapping[bytes, bytes]]) -> BrokerStats:
     """Sum the per-shard ``stat`` hashes into :class:`BrokerStats`."""
     pending: dict[str, int] = {}

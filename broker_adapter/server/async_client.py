@@ -49,7 +49,9 @@ from broker_adapter.results import (
     AbortResult,
     AbortStatus,
     BrokerStats,
+    DeadLetterPage,
     MessageView,
+    PendingCounts,
     PendingPage,
     PrefixAbortResult,
     RescheduleResult,
@@ -60,6 +62,12 @@ from broker_adapter.server import find_merge
 from broker_adapter.server import values as V
 from broker_adapter.server.async_endpoint import AsyncEndpoint
 from broker_adapter.server.client import DEFAULT_RETRIES, DEFAULT_SEND_TIMEOUT_MS
+from broker_adapter.server.client_dead_letters import (
+    as_pending,
+    dead_args,
+    ids_by_endpoint,
+    merge_counts,
+)
 from broker_adapter.server.client_runtime import ABORT_PREFIX_TIMEOUT_S, find_args, reschedule_args
 from broker_adapter.server.endpoint import client_args, parse_endpoints
 from broker_adapter.server.fault import FaultTolerance
@@ -363,6 +371,69 @@ class AsyncRemoteBroker(AsyncAdapterBase):
         prefixes = [f"{ep.node}:" for ep in self.endpoints]
         views, walks = find_merge.finish(walks, pages, takes, fetched, prefixes)
         return PendingPage(views, find_merge.encode_cursor(walks))
+
+    async def _dead_letters(
+        self, group: str, cursor: str | None, limit: int, with_body: bool
+    ) -> DeadLetterPage:
+        """See :meth:`BrokerAdapter.dead_letters` (routed as the sync client's:
+        :mod:`~broker_adapter.server.client_dead_letters`)."""
+        args = dead_args(group, limit, with_body)
+        if not self.multi:
+            answer = await self._runtime(
+                self.endpoints[0], "dead_letters", {**args, "cursor": cursor}
+            )
+            return V.decode_dead_page(answer)
+        walks = find_merge.decode_cursor(cursor, len(self.endpoints))
+        pages: dict[int, PendingPage | None] = {}
+        for i, walk in enumerate(walks):
+            if not walk.done:
+                answer = await self._runtime(
+                    self.endpoints[i], "dead_letters", {**args, "cursor": walk.cursor}
+                )
+                pages[i] = as_pending(V.decode_dead_page(answer))
+        takes = find_merge.plan(pages, limit)
+        fetched = {}
+        for i, take in takes.items():
+            cut = pages[i]
+            if cut is not None and 0 < take < len(cut.messages):
+                again = {**args, "limit": take, "cursor": walks[i].cursor}
+                answer = await self._runtime(self.endpoints[i], "dead_letters", again)
+                fetched[i] = as_pending(V.decode_dead_page(answer))
+        prefixes = [f"{ep.node}:" for ep in self.endpoints]
+        views, walks = find_merge.finish(walks, pages, takes, fetched, prefixes)
+        return DeadLetterPage(views, find_merge.encode_cursor(walks))
+
+    async def _requeue_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        return await self._settle_dead("requeue_dead", group, msg_ids, limit)
+
+    async def _purge_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        return await self._settle_dead("purge_dead", group, msg_ids, limit)
+
+    async def _settle_dead(
+        self, op: str, group: str, msg_ids: tuple[str, ...] | None, limit: int
+    ) -> int:
+        if msg_ids is not None:
+            plan = ids_by_endpoint([await self._route(i) for i in msg_ids])
+            done = 0
+            for ep, raw in plan:
+                done += int(
+                    await self._runtime(ep, op, {"group": group, "ids": raw, "limit": limit})
+                )
+            return done
+        done = 0
+        for ep in self.endpoints:
+            if done >= limit:
+                break
+            args = {"group": group, "ids": None, "limit": limit - done}
+            done += int(await self._runtime(ep, op, args))
+        return done
+
+    async def _count_pending(self, edges: tuple[int, ...], topic: str | None) -> PendingCounts:
+        args = {"edges": list(edges), "topic": topic}
+        answers = [
+            V.decode_counts(await self._runtime(ep, "count_pending", args)) for ep in self.endpoints
+        ]
+        return merge_counts(answers)
 
     async def _close(self) -> None:
         """Close every connection; requests still waiting fail with ``BrokerClosed``."""

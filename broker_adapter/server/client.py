@@ -41,6 +41,7 @@ from broker_adapter.results import (
     SendResult,
 )
 from broker_adapter.server import values as V
+from broker_adapter.server.client_dead_letters import RemoteDeadLetterCalls
 from broker_adapter.server.client_runtime import RemoteRuntimeCalls
 from broker_adapter.server.consumer import RemoteConsumer
 from broker_adapter.server.endpoint import (
@@ -67,7 +68,7 @@ DEFAULT_SEND_TIMEOUT_MS = 3_000
 DEFAULT_RETRIES = 2
 
 
-class RemoteBroker(RemoteRuntimeCalls, AdapterBase):
+class RemoteBroker(RemoteRuntimeCalls, RemoteDeadLetterCalls, AdapterBase):
     """A client of one or more broker servers.
 
     :param endpoints: ``"h1:p1,h2:p2"`` or a sequence of ``(host, port)``; ``(path, None)``

@@ -78,6 +78,10 @@ class Handlers:
             "acquire_slot": self.acquire_slot,
             "release_slot": self.release_slot,
             "advance": self.advance,
+            "dead_letters": self.dead_letters,
+            "requeue_dead": self.requeue_dead,
+            "purge_dead": self.purge_dead,
+            "count_pending": self.count_pending,
         }
 
     # -- producer side -----------------------------------------------------------------------
@@ -145,6 +149,33 @@ class Handlers:
         result = self.server.broker.abort_prefix(arg(args, "topic", str), arg(args, "prefix", str))
         self.server.metrics.prefix_aborted(result.aborted)
         return V.encode_prefix_abort(result)
+
+    def dead_letters(self, conn: Connection, args: dict[str, Any]) -> Any:
+        page = self.server.broker.dead_letters(
+            arg(args, "group", str),
+            cursor=arg(args, "cursor", str, True),
+            limit=arg(args, "limit", int),
+            with_body=bool(arg(args, "body", bool, True)),
+        )
+        return V.encode_dead_page(page)
+
+    def requeue_dead(self, conn: Connection, args: dict[str, Any]) -> Any:
+        ids = arg(args, "ids", list, True)
+        return self.server.broker.requeue_dead(
+            arg(args, "group", str), ids, limit=arg(args, "limit", int)
+        )
+
+    def purge_dead(self, conn: Connection, args: dict[str, Any]) -> Any:
+        ids = arg(args, "ids", list, True)
+        return self.server.broker.purge_dead(
+            arg(args, "group", str), ids, limit=arg(args, "limit", int)
+        )
+
+    def count_pending(self, conn: Connection, args: dict[str, Any]) -> Any:
+        counts = self.server.broker.count_pending(
+            arg(args, "edges", list), topic=arg(args, "topic", str, True)
+        )
+        return V.encode_counts(counts)
 
     def find_pending(self, conn: Connection, args: dict[str, Any]) -> Any:
         page = self.server.broker.find_pending(

@@ -49,6 +49,11 @@ Operations (``args`` -> ``result``)
     connection's reader, so later requests of the same connection are answered
     meanwhile (out of order, by ``rid``).
 
+    Dead letters and counts (added later in version 1): ``dead_letters`` {group,
+    cursor, limit, body} -> [[view], cursor]; ``requeue_dead`` and ``purge_dead``
+    {group, ids (null: the oldest), limit} -> how many; ``count_pending`` {edges,
+    topic} -> [[count], exact].
+
     A message ``m`` is ``[topic, body, key, tags, props, delay_ms, delay_sec,
     delay_level, deliver_at_ms]``; a send result ``r`` is ``[ok, id, due]`` (``ok``
     is 1 for OK, 0 for DUPLICATE); a received message ``rm`` is ``[id, topic, body,
@@ -120,8 +125,10 @@ RUNTIME_OPS = frozenset(
         "release_slot",
     }
 )
+#: The dead-letter calls and pending counts (for dashboards).
+DEAD_LETTER_OPS = frozenset({"dead_letters", "requeue_dead", "purge_dead", "count_pending"})
 #: Operations the server knows; anything else is a malformed frame.
-OPS = BASE_OPS | RUNTIME_OPS
+OPS = BASE_OPS | RUNTIME_OPS | DEAD_LETTER_OPS
 
 
 class ProtocolError(DecodeError):
@@ -350,6 +357,7 @@ def decode_error(payload: Any) -> ChronoqError:
 
 __all__ = [
     "BASE_OPS",
+    "DEAD_LETTER_OPS",
     "MAX_FRAME",
     "OPS",
     "RUNTIME_OPS",

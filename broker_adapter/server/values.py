@@ -8,7 +8,9 @@ message ``rm`` is ``[id, topic, body, due, born, attempts, receipt, key, tags, p
 a view is ``[id, topic, state, due, born, attempts, key, tags, body_size, groups, error]``
 (plus ``body`` when the view carries one: ``find_pending`` with bodies). Runtime calls:
 a reschedule result is ``[status, id, due]``, a prefix abort's ``[aborted, keys,
-already_delivered_count]``, a ``find_pending`` page ``[[view], cursor]``.
+already_delivered_count]``, a ``find_pending`` page ``[[view], cursor]``. Dead
+letters: a ``dead_letters`` page is ``[[view], cursor]`` too, pending counts
+``[[count], exact]``.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from typing import Any
 from broker_adapter.message import Message
 from broker_adapter.results import (
     NO_PROPERTIES,
+    DeadLetterPage,
     MessageState,
     MessageView,
+    PendingCounts,
     PendingPage,
     PrefixAbortResult,
     ReceivedMessage,
@@ -227,7 +231,38 @@ def decode_page(v: Any, id_prefix: str = "") -> PendingPage:
     return PendingPage([decode_view(m, id_prefix) for m in v[0]], v[1])
 
 
+def encode_dead_page(p: DeadLetterPage) -> list[Any]:
+    """The wire form of a ``dead_letters`` page."""
+    return [[encode_view(v) for v in p.messages], p.cursor]
+
+
+def decode_dead_page(v: Any, id_prefix: str = "") -> DeadLetterPage:
+    """A :class:`DeadLetterPage` from its wire form (``id_prefix`` tags every id).
+
+    :raises ProtocolError: for a wrong shape.
+    """
+    page = decode_page(v, id_prefix)
+    return DeadLetterPage(page.messages, page.cursor)
+
+
+def encode_counts(c: PendingCounts) -> list[Any]:
+    """The wire form of ``count_pending``'s answer."""
+    return [list(c.counts), c.exact]
+
+
+def decode_counts(v: Any) -> PendingCounts:
+    """A :class:`PendingCounts` from its wire form.
+
+    :raises ProtocolError: for a wrong shape.
+    """
+    if type(v) is not list or len(v) != 2 or type(v[0]) is not list or type(v[1]) is not bool:
+        raise ProtocolError("pending counts are [[count], exact]")
+    return PendingCounts(list(v[0]), v[1])
+
+
 __all__ = [
+    "decode_counts",
+    "decode_dead_page",
     "decode_message",
     "decode_messages",
     "decode_page",
@@ -237,6 +272,8 @@ __all__ = [
     "decode_result",
     "decode_results",
     "decode_view",
+    "encode_counts",
+    "encode_dead_page",
     "encode_message",
     "encode_page",
     "encode_prefix_abort",

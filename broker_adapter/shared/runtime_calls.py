@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 from broker_adapter.base import BrokerAdapter
 from broker_adapter.checks import NewDue
-from broker_adapter.results import PendingPage, PrefixAbortResult, RescheduleResult
+from broker_adapter.results import (
+    DeadLetterPage,
+    PendingCounts,
+    PendingPage,
+    PrefixAbortResult,
+    RescheduleResult,
+)
 
 _T = TypeVar("_T")
 
@@ -90,6 +96,33 @@ class SharedRuntimeCalls:
     def _release_slot(self, name: str, holder: str) -> bool:
         """See :meth:`BrokerAdapter.release_slot`."""
         return self._call("release_slot", lambda b: b.release_slot(name, holder), True)
+
+    def _dead_letters(
+        self, group: str, cursor: str | None, limit: int, with_body: bool
+    ) -> DeadLetterPage:
+        """See :meth:`BrokerAdapter.dead_letters` (a read: repeated once after a handover)."""
+        return self._call(
+            "dead_letters",
+            lambda b: b.dead_letters(group, cursor=cursor, limit=limit, with_body=with_body),
+            True,
+        )
+
+    def _requeue_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        """See :meth:`BrokerAdapter.requeue_dead` (repeated once after a handover: what the
+        lost call requeued is no dead letter any more, so it is not requeued twice)."""
+        ids = None if msg_ids is None else list(msg_ids)
+        return self._call("requeue_dead", lambda b: b.requeue_dead(group, ids, limit=limit), True)
+
+    def _purge_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        """See :meth:`BrokerAdapter.purge_dead` (repeated once after a handover, as a requeue)."""
+        ids = None if msg_ids is None else list(msg_ids)
+        return self._call("purge_dead", lambda b: b.purge_dead(group, ids, limit=limit), True)
+
+    def _count_pending(self, edges: tuple[int, ...], topic: str | None) -> PendingCounts:
+        """See :meth:`BrokerAdapter.count_pending` (a read: repeated once after a handover)."""
+        return self._call(
+            "count_pending", lambda b: b.count_pending(list(edges), topic=topic), True
+        )
 
 
 __all__ = ["SharedRuntimeCalls"]

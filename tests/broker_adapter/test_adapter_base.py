@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,9 @@ from broker_adapter.results import (
     AbortResult,
     AbortStatus,
     BrokerStats,
+    DeadLetterPage,
     MessageView,
+    PendingCounts,
     PendingPage,
     PrefixAbortResult,
     RescheduleResult,
@@ -120,6 +123,24 @@ class RecordingAdapter(AdapterBase):
     def _release_slot(self, name: str, holder: str) -> bool:
         self.calls.append(("release_slot", (name, holder)))
         return True
+
+    def _dead_letters(
+        self, group: str, cursor: str | None, limit: int, with_body: bool
+    ) -> DeadLetterPage:
+        self.calls.append(("dead_letters", (group, cursor, limit, with_body)))
+        return DeadLetterPage([], None)
+
+    def _requeue_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        self.calls.append(("requeue_dead", (group, msg_ids, limit)))
+        return 0
+
+    def _purge_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+        self.calls.append(("purge_dead", (group, msg_ids, limit)))
+        return 0
+
+    def _count_pending(self, edges: tuple[int, ...], topic: str | None) -> PendingCounts:
+        self.calls.append(("count_pending", (edges, topic)))
+        return PendingCounts([0] * (len(edges) - 1))
 
 
 def test_is_int_refuses_bools_and_checks_bounds() -> None:
@@ -299,3 +320,33 @@ def test_check_messages_uses_the_shared_default_limit() -> None:
     with pytest.raises(MessageTooLarge):
         check_messages([Message("t", b"x" * (DEFAULT_MAX_BODY_BYTES + 1))], DEFAULT_MAX_BODY_BYTES)
     check_messages([Message("t", b"x" * (DEFAULT_MAX_BODY_BYTES + 1))], None)  # adapter checks
+
+
+def test_dead_letter_and_count_calls_are_checked_before_any_primitive() -> None:
+    broker = RecordingAdapter()
+    loose: Any = broker  # calls with wrong types on purpose
+    bad: list[Callable[[], object]] = [
+        lambda: broker.dead_letters("bad name"),
+        lambda: broker.dead_letters("g", limit=0),
+        lambda: broker.dead_letters("g", cursor=""),
+        lambda: loose.requeue_dead("g", "one-id"),
+        lambda: loose.requeue_dead("g", [1]),
+        lambda: broker.purge_dead("g", ["a", "b"], limit=1),
+        lambda: broker.count_pending([5, 5]),
+        lambda: broker.count_pending([1]),
+        lambda: broker.count_pending([0, 1], topic="%DLQ%g"),
+    ]
+    for call in bad:
+        with pytest.raises((InvalidArgument, InvalidTopic)):
+            call()
+    assert broker.calls == []
+    loose.dead_letters("g", cursor="c", limit=5, with_body=1)
+    broker.requeue_dead("g", ["a", "a", "b"])
+    broker.purge_dead("g", limit=3)
+    broker.count_pending([0, 10, 20], topic="t")
+    assert broker.calls == [
+        ("dead_letters", ("g", "c", 5, True)),
+        ("requeue_dead", ("g", ("a", "b"), 1000)),
+        ("purge_dead", ("g", None, 3)),
+        ("count_pending", ((0, 10, 20), "t")),
+    ]

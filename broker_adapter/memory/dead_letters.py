@@ -1,0 +1,180 @@
+"""Dead letters and pending counts of a memory broker: ``dead_letters``,
+``requeue_dead``, ``purge_dead`` and ``count_pending``.
+
+A group's dead letters are the copies on its ``%DLQ%<group>`` log that its
+``dead_copies`` still names (a requeue or purge drops the name, a second death
+names the newer copy): a page reads the log on from an index (the cursor),
+looking at no more than :data:`SCAN_BUDGET` copies per call. Requeue and purge of
+"the oldest" take the first names of ``dead_copies`` (kept in order of death).
+
+Counts come from the store's :class:`~broker_adapter.memory.due_index.DueIndex`
+of pending first sends and the one of waiting retries: a bucket of due time
+wholly inside a range counts as its size, so a call costs the buckets it spans.
+Past :data:`COUNT_BUDGET` steps of work the rest of a range is extrapolated from
+the density of the part counted, and the answer says ``exact=False``.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import struct
+
+from broker_adapter.errors import InvalidArgument
+from broker_adapter.memory.groups import MemoryGroup
+from broker_adapter.memory.records import Copy
+from broker_adapter.memory.store import MemoryStore
+from broker_adapter.results import DeadLetterPage, MessageState, MessageView, PendingCounts
+
+#: Most dead-letter log entries one page looks at.
+SCAN_BUDGET = 5_000
+#: Most steps of counting work (buckets, or copies looked at) one count_pending does.
+COUNT_BUDGET = 50_000
+
+_CURSOR = struct.Struct(">Q")
+_TAG = "md1"  # memory dead-letter cursor, version 1
+
+
+def encode_cursor(index: int) -> str:
+    """The opaque, url-safe cursor of a page whose next one starts at log ``index``."""
+    return _TAG + base64.urlsafe_b64encode(_CURSOR.pack(index)).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    """The log index a cursor of :func:`encode_cursor` names.
+
+    :raises InvalidArgument: for anything else.
+    """
+    try:
+        if not cursor.startswith(_TAG):
+            raise ValueError(cursor)
+        (index,) = _CURSOR.unpack(base64.urlsafe_b64decode(cursor[len(_TAG) :] + "=="))
+    except (ValueError, struct.error) as e:
+        raise InvalidArgument(
+            f"malformed cursor {cursor!r}: pass back the cursor of the previous page of "
+            "this broker's dead_letters (or none for the first page)"
+        ) from e
+    return int(index)
+
+
+def dead_view(group: MemoryGroup, copy: Copy, with_body: bool) -> MessageView:
+    """What ``dead_letters`` shows of ``group``'s dead letter ``copy``."""
+    msg = copy.message
+    note = group.state_of(msg.msg_id)
+    return MessageView(
+        msg_id=msg.msg_id,
+        topic=msg.topic,
+        state=MessageState.DEAD,
+        deliver_at_ms=copy.fired_ms,
+        born_ms=msg.born_ms,
+        attempts=note.attempts,
+        key=msg.key,
+        tags=msg.tags,
+        body_size=len(msg.body),
+        groups={group.name: MessageState.DEAD},
+        error=note.error,
+        body=msg.body if with_body else None,
+    )
+
+
+def dead_letters(
+    store: MemoryStore, group: str, cursor: str | None, limit: int, with_body: bool
+) -> DeadLetterPage:
+    """One page; see :meth:`BrokerAdapter.dead_letters
+    <broker_adapter.base.BrokerAdapter.dead_letters>`.
+
+    :raises InvalidArgument: for a malformed cursor.
+    """
+    index = decode_cursor(cursor) if cursor is not None else 0
+    with store.lock:
+        store.tick()
+        g = store.groups.get(group)
+        log = None if g is None else store.logs.get(g.dead_topic)
+        if g is None or log is None:
+            return DeadLetterPage([], None)
+        index = max(index, log.base)
+        stop = min(log.end, index + SCAN_BUDGET)
+        views: list[MessageView] = []
+        while index < stop and len(views) < limit:
+            copy = log.at(index)
+            index += 1
+            if g.dead_copies.get(copy.message.msg_id) is copy:
+                views.append(dead_view(g, copy, with_body))
+        more = index < log.end
+        return DeadLetterPage(views, encode_cursor(index) if more else None)
+
+
+def _chosen(g: MemoryGroup, msg_ids: tuple[str, ...] | None, limit: int) -> list[str]:
+    """The ids of ``g``'s dead letters to act on: those named, or the ``limit`` oldest."""
+    if msg_ids is None:
+        out: list[str] = []
+        for msg_id in g.dead_copies:
+            if len(out) >= limit:
+                break
+            out.append(msg_id)
+        return out
+    return [i for i in msg_ids if i in g.dead_copies]
+
+
+def requeue_dead(
+    store: MemoryStore, group: str, msg_ids: tuple[str, ...] | None, limit: int
+) -> int:
+    """See :meth:`BrokerAdapter.requeue_dead <broker_adapter.base.BrokerAdapter.requeue_dead>`."""
+    with store.lock:
+        now = store.tick()
+        g = store.groups.get(group)
+        if g is None:
+            return 0
+        chosen = _chosen(g, msg_ids, limit)
+        for msg_id in chosen:
+            copy = g.dead_copies[msg_id]
+            note = g.undead(msg_id, MessageState.PENDING)
+            note.attempts, note.retry_due = 0, now
+            store.retry_now(g, copy.message)
+        if chosen:
+            store.tick()  # due now: fires now
+            store.changed.notify_all()
+        return len(chosen)
+
+
+def purge_dead(store: MemoryStore, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
+    """See :meth:`BrokerAdapter.purge_dead <broker_adapter.base.BrokerAdapter.purge_dead>`."""
+    with store.lock:
+        store.tick()
+        g = store.groups.get(group)
+        if g is None:
+            return 0
+        chosen = _chosen(g, msg_ids, limit)
+        for msg_id in chosen:
+            g.undead(msg_id, MessageState.DONE)
+        return len(chosen)
+
+
+def count_pending(store: MemoryStore, edges: tuple[int, ...], topic: str | None) -> PendingCounts:
+    """See :meth:`BrokerAdapter.count_pending <broker_adapter.base.BrokerAdapter.count_pending>`."""
+    counts: list[int] = []
+    exact = True
+    work = 0
+    with store.lock:
+        store.tick()
+        for lo, hi in itertools.pairwise(edges):
+            n = 0
+            for index in (store.due_index, store.retry_index):
+                got, whole, spent = index.count_between(lo, hi, topic, max(COUNT_BUDGET - work, 1))
+                n += got
+                exact = exact and whole
+                work += spent
+            counts.append(n)
+    return PendingCounts(counts, exact)
+
+
+__all__ = [
+    "COUNT_BUDGET",
+    "SCAN_BUDGET",
+    "count_pending",
+    "dead_letters",
+    "decode_cursor",
+    "encode_cursor",
+    "purge_dead",
+    "requeue_dead",
+]
