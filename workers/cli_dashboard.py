@@ -68,7 +68,9 @@ def _fail(message: str) -> int:
 def _listen(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (port 0: a free one)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say
+    # TCP, and without it a keep-alive answer waits ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
