@@ -7,6 +7,7 @@ moves nothing, up to :data:`MAX_ROUNDS` calls, so one request stays bounded.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Query
@@ -43,13 +44,17 @@ def _target(body: dict[str, Any]) -> tuple[str, list[str] | None]:
     return group, list(dict.fromkeys(ids))
 
 
-def _repeat(call: Any, group: str, ids: list[str] | None) -> int:
+#: ``requeue_dead`` or ``purge_dead`` of a broker.
+DeadCall = Callable[..., int]
+
+
+def _repeat(call: DeadCall, group: str, ids: Sequence[str] | None) -> int:
     """``call(group, ids)`` once for ids, else until it moves nothing (bounded)."""
     if ids is not None:
-        return int(call(group, ids, limit=max(len(ids), 1)))
+        return call(group, ids, limit=max(len(ids), 1))
     total = 0
     for _ in range(MAX_ROUNDS):
-        n = int(call(group, None, limit=CHUNK))
+        n = call(group, None, limit=CHUNK)
         total += n
         if n == 0:
             break
@@ -59,7 +64,7 @@ def _repeat(call: Any, group: str, ids: list[str] | None) -> int:
 def routes(dash: Dashboard) -> APIRouter:
     """The dead-letter routes on ``dash``."""
     router = APIRouter(prefix="/api/dead", tags=["dead letters"])
-    broker: Any = dash.broker
+    broker = dash.broker
 
     @router.get("")
     def dead(

@@ -4,7 +4,6 @@ section)."""
 
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Any, Literal
 
@@ -20,8 +19,6 @@ HOUR_MS = 60 * MINUTE_MS
 DAY_MS = 24 * HOUR_MS
 #: ``range`` -> (bucket ms, buckets).
 RANGES = {"hour": (MINUTE_MS, 60), "day": (HOUR_MS, 24), "week": (DAY_MS, 7)}
-#: Most pending messages one bucket of the fallback due count reads.
-FALLBACK_BUCKET_CAP = 500
 
 
 def now_ms() -> int:
@@ -64,19 +61,10 @@ def overview_doc(dash: Dashboard) -> dict[str, Any]:
 
 def due_counts(dash: Dashboard, edges: list[int], topic: str | None) -> tuple[list[int], bool]:
     """How many pending messages are due between each pair of ``edges``, and whether
-    the counts are exact: the broker's ``count_pending`` when it has one, else one
-    bounded ``find_pending`` page per bucket (capped counts are not exact)."""
-    count_pending = getattr(dash.broker, "count_pending", None)
-    if count_pending is not None:
-        counts = count_pending(edges, topic=topic)
-        return list(counts.counts), bool(counts.exact)
-    out: list[int] = []
-    exact = True
-    for lo, hi in itertools.pairwise(edges):
-        page = dash.broker.find_pending(topic, start_ms=lo, end_ms=hi, limit=FALLBACK_BUCKET_CAP)
-        out.append(len(page.messages))
-        exact = exact and page.cursor is None
-    return out, exact
+    the counts are exact (the broker's ``count_pending``: bounded work, an estimate
+    where counting exactly would not be cheap)."""
+    counts = dash.broker.count_pending(edges, topic=topic)
+    return list(counts.counts), counts.exact
 
 
 def _job_samples(dash: Dashboard, since_ms: int) -> list[dict[str, Any]]:
