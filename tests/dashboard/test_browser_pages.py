@@ -104,7 +104,7 @@ def test_overview_shows_the_real_pending_count_and_charts(
     browser.wait(lambda d: len(browser.all("#due-chart rect.bar")) == 24, what="24 hour bars")
     browser.click("#due-hour")
     browser.wait(lambda d: len(browser.all("#due-chart rect.bar")) == 60, what="60 minute bars")
-    save_shot(browser, tmp_path, "overview", publish=True)
+    save_shot(browser, tmp_path, "overview")
     assert_clean(browser, dashboard.base_url)
 
 
@@ -135,7 +135,7 @@ def test_search_a_key_open_it_and_abort_it(
     assert due.strftime("%Y-%m-%d %H:%M:%S") in row  # UTC
     local = due.astimezone(VIEWER)
     assert local.strftime("%H:%M:%S") in row  # the viewer's zone (UTC+05:30)
-    save_shot(browser, tmp_path, "search", publish=True)
+    save_shot(browser, tmp_path, "search")
 
     # When it is opened and aborted through the in-page dialog
     browser.click(f"#results a[href='#/message/{receipt.msg_id}']")

@@ -187,7 +187,9 @@ export function cdfChart(points, { marks = [], label = "CDF", width = 720, heigh
   }
   root.append(svg("text", { x: (width + m.left) / 2, y: height - 4, class: "axis-label", "text-anchor": "middle" }, `job-start lateness${log ? " (log scale)" : ""}`));
   root.append(svg("line", { x1: m.left, x2: width - m.right, y1: y(0), y2: y(0), class: "axis" }));
-  const d = points.map((p, i) => `${i ? "L" : "M"}${x(p[0]).toFixed(1)} ${y(p[1]).toFixed(1)}`).join(" ");
+  // A step from 0 at the first value: no start "fell" earlier than the smallest lateness.
+  const steps = [[points[0][0], 0], ...points];
+  const d = steps.map((p, i) => `${i ? "L" : "M"}${x(p[0]).toFixed(1)} ${y(p[1]).toFixed(1)}`).join(" ");
   root.append(svg("path", { d, class: "line s0 cdf" }));
   for (const p of points) {
     const hit = svg("circle", { cx: x(p[0]), cy: y(p[1]), r: 3, class: "hit" });
@@ -197,7 +199,8 @@ export function cdfChart(points, { marks = [], label = "CDF", width = 720, heigh
     if (!Number.isFinite(mark.value)) return;
     const xx = x(mark.value);
     root.append(withTitle(svg("line", { x1: xx, x2: xx, y1: m.top, y2: y(0), class: `mark mark-${i}` }), `${mark.label}: ${fmtDuration(mark.value)}`));
-    root.append(svg("text", { x: xx + 4, y: m.top + 12 + i * 14, class: `mark-label mark-${i}` }, `${mark.label} ${fmtDuration(mark.value)}`));
+    const right = xx > width * 0.75; // near the right edge: label on the line's left
+    root.append(svg("text", { x: right ? xx - 4 : xx + 4, y: m.top + 12 + i * 14, "text-anchor": right ? "end" : "start", class: `mark-label mark-${i}` }, `${mark.label} ${fmtDuration(mark.value)}`));
   });
   return root;
 }

@@ -67,6 +67,7 @@ function makeContext(route) {
 
 async function render() {
   if (current) current.stop();
+  document.getElementById("flash").hidden = true; // it spoke of the page being left
   const route = parseHash();
   const page = PAGES[route.name];
   for (const a of document.querySelectorAll("#nav a")) {
@@ -100,6 +101,8 @@ function showSignIn(reason) {
     "form",
     { class: "sign-in", id: "sign-in-form" },
     el("h1", {}, "Sign in"),
+    // Password managers (and Chrome's form checks) expect a user name beside a password.
+    el("input", { type: "text", name: "username", autocomplete: "username", value: "chronoq", hidden: true, tabindex: "-1" }),
     el("p", { class: "muted" }, "This dashboard needs its token (the --token of chronoq dashboard). It stays in this tab only."),
     input,
     submit,

@@ -71,12 +71,12 @@ export async function render(view, ctx) {
     el(
       "div",
       { class: "grid" },
+      panel("Fire rate", fireChart, { id: "fire-panel" }),
+      panel("Job-start lateness", latenessChart, { id: "lateness-panel" }),
       panel("What is due", el("div", {}, dueBody, dueNote), { tools: dueTools, wide: true, id: "due-panel" }),
       panel("Pending per topic", topicsChart, { id: "topics-panel" }),
       panel("Consumer group lag (ready)", lagChart, { id: "lag-panel" }),
-      panel("Fire rate", fireChart, { id: "fire-panel" }),
-      panel("Job-start lateness", latenessChart, { id: "lateness-panel" }),
-      panel("Jobs", jobsChart, { wide: true, id: "jobs-panel" }),
+      panel("Jobs per interval", jobsChart, { wide: true, id: "jobs-panel" }),
       panel("Topics", topicsTable, { id: "topics-list" }),
       panel("Consumer groups", groupsTable, { id: "groups-list" }),
     ),
@@ -96,6 +96,7 @@ export async function render(view, ctx) {
       tipLabel: (a, b) => `${tipFmt.format(new Date(a))} – ${tipFmt.format(new Date(b))}`,
       label: `messages due per ${fmtDuration(data.bucket_ms)}, ${r.name.toLowerCase()}`,
       width: widthOf(dueBody),
+      height: 190,
     });
     clear(dueBody).append(chart);
     const total = data.counts.reduce((a, b) => a + b, 0);
@@ -144,14 +145,14 @@ export async function render(view, ctx) {
   }
 
   function renderRates(r) {
-    clear(fireChart).append(lineChart([{ name: "fired / s", points: r.fired.map((p) => [p.t_ms, p.per_s]) }], { label: "messages fired per second", width: widthOf(fireChart) }));
+    clear(fireChart).append(lineChart([{ name: "fired / s", points: r.fired.map((p) => [p.t_ms, p.per_s]) }], { label: "messages fired per second", width: widthOf(fireChart), height: 180 }));
     clear(latenessChart).append(
       lineChart(
         [
           { name: "P50", points: r.jobs.map((p) => [p.t_ms, p.lateness_p50_ms]) },
           { name: "P99", points: r.jobs.map((p) => [p.t_ms, p.lateness_p99_ms]), cls: "s3" },
         ],
-        { label: "job-start lateness P50 and P99", yFormat: fmtDuration, width: widthOf(latenessChart) },
+        { label: "job-start lateness P50 and P99", yFormat: fmtDuration, width: widthOf(latenessChart), height: 180 },
       ),
     );
     const kinds = [
