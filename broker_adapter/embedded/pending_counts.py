@@ -29,9 +29,9 @@ from broker_adapter.embedded.records import record_id
 from broker_adapter.results import PendingCounts
 
 #: Most wheel keys one call looks at (keys only: no topic).
-COUNT_BUDGET = 100_000
+COUNT_BUDGET = 30_000
 #: Most wheel records one call looks at with a topic (values are read).
-TOPIC_BUDGET = 25_000
+TOPIC_BUDGET = 15_000
 #: The least budget a bucket gets, however many buckets a call asks for.
 MIN_PER_BUCKET = 64
 

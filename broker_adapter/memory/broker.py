@@ -228,8 +228,8 @@ class MemoryBroker(AdapterBase):
         return dead_letters.purge_dead(self._store, group, msg_ids, limit)
 
     def _count_pending(self, edges: tuple[int, ...], topic: str | None) -> PendingCounts:
-        """See :meth:`BrokerAdapter.count_pending` (exact unless a call would pass
-        :data:`~broker_adapter.memory.dead_letters.COUNT_BUDGET` steps)."""
+        """See :meth:`BrokerAdapter.count_pending` (always exact; see
+        :mod:`~broker_adapter.memory.dead_letters`)."""
         return dead_letters.count_pending(self._store, edges, topic)
 
     def _consumer(self, group: str, topics: tuple[str, ...], limits: ConsumerLimits) -> Consumer:
