@@ -7,7 +7,9 @@ head taken first; the page arguments are :class:`~scheduler.pending_runs.RunQuer
 with a cursor that records, per topic, the broker cursor of the page being read
 and how many of its messages were handed out. Each request does bounded work: a
 few broker pages per topic; a page may hold fewer than ``limit`` messages while
-its cursor is not ``None``, as ``find_pending``'s pages may.
+its cursor is not ``None``, as ``find_pending``'s pages may. Messages aborted or
+moved between two requests shift the page being read, so a message may then be
+missed or shown twice, as ``find_pending``'s pages allow.
 """
 
 from __future__ import annotations
@@ -82,6 +84,15 @@ def _decode(cursor: str, topics: tuple[str | None, ...]) -> list[_Stream]:
     return streams
 
 
+def _fill(broker: BrokerAdapter, query: RunQuery, stream: _Stream) -> None:
+    try:
+        stream.fill(broker, query)
+    except UnknownTopic:
+        if query.strict:
+            raise
+        stream.read, stream.done, stream.views = True, True, []
+
+
 def search_page(
     broker: BrokerAdapter, query: RunQuery, limit: int, cursor: str | None
 ) -> tuple[list[MessageView], str | None]:
@@ -97,16 +108,14 @@ def search_page(
     else:
         streams = _decode(cursor, query.topics)
     for s in streams:
-        try:
-            s.fill(broker, query)
-        except UnknownTopic:
-            if query.strict:
-                raise
-            s.read, s.done, s.views = True, True, []
+        _fill(broker, query, s)
     out: list[MessageView] = []
     while len(out) < min(limit, PAGE):
-        # A topic with more pages but nothing read yet could hold an earlier message:
-        # the merge stops at it (its messages come on the next request).
+        for s in streams:
+            if not s.views and not s.finished:
+                _fill(broker, query, s)  # its page is used up: the next one
+        # A topic with more pages but none read (the work bound) could hold an earlier
+        # message: the merge stops at it (its messages come on the next request).
         if any(not s.views and not s.finished for s in streams):
             break
         live = [s for s in streams if s.views]
