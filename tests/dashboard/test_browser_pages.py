@@ -79,7 +79,16 @@ def test_token_form_refuses_a_wrong_token_then_shows_data(
     assert browser.js("return sessionStorage.getItem('chronoq.token')") == dashboard.token
     assert dashboard.token not in browser.driver.current_url
     assert not browser.all("#sign-out")[0].get_attribute("hidden")
+    assert [u for u in browser.requested_urls() if dashboard.token in u] == []
     assert_clean(browser, dashboard.base_url)
+
+    # And a token that stops working (changed on the server) brings the form back
+    browser.js("sessionStorage.setItem('chronoq.token', 'stale')")
+    browser.go("#/schedules")
+    browser.wait_text("#sign-in-error", "refused")
+    assert browser.js("return sessionStorage.getItem('chronoq.token')") is None
+    browser.console_errors()  # the 401 again
+    sign_in(browser, dashboard.base_url, dashboard.token)
 
 
 def test_overview_shows_the_real_pending_count_and_charts(
