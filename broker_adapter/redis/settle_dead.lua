@@ -1,12 +1,15 @@
 -- settle_dead.lua: requeue or purge dead letters of one group in ONE shard, atomically.
 -- Requeue: the message waits in the due index as the group's retry "<n>|<group>" due
 -- now with 0 deliveries (fire.lua moves it to rdy:<group> as any retry); purge: the
--- group's state becomes done. Either way it is no longer a dead letter (the log entry
--- stays; dead.lua skips it, retention trims it).
+-- group's state becomes done. Either way it is no longer a dead letter and leaves the
+-- group's dead-letter log (so the oldest are always at its head; a group that starts
+-- reading %DLQ%<group> later does not get it); a log entry whose message retention
+-- dropped leaves too. Groups already reading %DLQ%<group> keep their rdy: entry.
 --
 -- Keys (B = ARGV[1], all in the shard's slot):
 --   KEYS[1] = B.."due"          zset  + "<n>|<group>" at now (requeue; written)
---   B.."log:%DLQ%<group>"       zset  the oldest dead letters, without ids (read)
+--   B.."log:%DLQ%<group>"       zset  the oldest dead letters, without ids; settled ones
+--                                     removed (read, written)
 --   B.."m:<n>"                  hash  G<group> D<k> -> P0 (requeue) | X<k> (purge),
 --                                     C<group> (read, written)
 --   B.."b:<n>"                  string TTL refreshed (requeue; written)
@@ -21,10 +24,13 @@ local stat = base .. 'stat'
 local rt = '%RETRY%' .. g
 local done = 0
 
+local log = base .. 'log:%DLQ%' .. g
 local function settle(n)
   local mk = base .. 'm:' .. n
   local gs = redis.call('HGET', mk, 'G' .. g)
+  if not gs then redis.call('ZREM', log, n) end  -- gone with retention: a stale entry
   if not gs or string.sub(gs, 1, 1) ~= 'D' then return end
+  redis.call('ZREM', log, n)  -- no dead letter now (and the oldest are found at the head)
   redis.call('HINCRBY', stat, 'd|' .. g, -1)
   if how == 'X' then
     redis.call('HSET', mk, 'G' .. g, 'X' .. string.sub(gs, 2))
@@ -45,7 +51,7 @@ if #ARGV >= 9 then
     settle(ARGV[i])
   end
 else
-  local items = redis.call('ZRANGE', base .. 'log:%DLQ%' .. g, 0, 4 * limit + 99)
+  local items = redis.call('ZRANGE', log, 0, 4 * limit + 99)
   for _, n in ipairs(items) do
     if done >= limit then break end
     settle(n)

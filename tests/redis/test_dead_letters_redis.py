@@ -88,3 +88,20 @@ def test_count_by_topic_is_exact_alone_and_an_estimate_among_others(redis_url: s
         assert not mixed.exact
         assert mixed.counts == [2, 2]  # half of each bucket's 4 and 3 (rounded)
         assert broker.count_pending(edges).counts == [3, 3]
+
+
+def test_requeue_all_reaches_past_the_first_window_of_the_log(redis_url: str) -> None:
+    clock = ManualClock(START_MS)
+    with RedisBroker.from_url(redis_url, clock=clock) as broker:
+        consumer = broker.consumer(G, [T], max_inflight=1_000)
+        sent = broker.send_batch([Message(T, b"x") for _ in range(300)])
+        got = pull_until(consumer, 300, max_messages=100)
+        assert len(got) == 300
+        for m in got:
+            assert consumer.dead_letter(m, "x")
+        answers = []
+        while (n := broker.requeue_dead(G, limit=20)) > 0:  # 4 x 20 + 100 < 300
+            answers.append(n)
+        assert sum(answers) == 300 and len(answers) == 15
+        back = pull_until(consumer, 300, max_messages=100)
+        assert sorted(m.msg_id for m in back) == sorted(r.msg_id for r in sent)
