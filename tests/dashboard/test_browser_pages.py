@@ -203,6 +203,21 @@ def test_reschedule_in_the_page_moves_the_due_time(
         ),
         what="the delay to land",
     )
+
+    # And "run now" makes it due now: it fires (no dispatcher here: it waits READY)
+    browser.wait_text("#detail-due", "in 2.0 h")
+    clicked_ms = datetime.now(UTC).timestamp() * 1000
+    browser.click("#run-now")
+    browser.wait_text("#flash", "now due")
+    view = dashboard.broker.query(receipt.msg_id)
+    assert view is not None and view.deliver_at_ms <= clicked_ms + 10_000
+    browser.wait(
+        lambda d: (
+            (v := dashboard.broker.query(receipt.msg_id)) is not None
+            and v.state is MessageState.READY
+        ),
+        what="the run to fire",
+    )
     assert_clean(browser, dashboard.base_url)
 
 
