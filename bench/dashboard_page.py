@@ -181,12 +181,12 @@ def main() -> None:
                         ),
                     )
                 )
-        status = proc_status(proc.pid)
+        vm = proc_status(proc.pid)
         print_block(f"GET, {args.requests} requests each (ms)", rows)
         print_block(
             "machine",
             [
-                ("dashboard peak RSS", mb(status.get("VmHWM", 0))),
+                ("dashboard peak RSS", mb(vm.get("VmHWM", 0))),
                 ("load before", " ".join(f"{x:.2f}" for x in load0)),
                 ("load after", " ".join(f"{x:.2f}" for x in os.getloadavg())),
             ],

@@ -86,7 +86,7 @@ class DashboardProc:
     data_dir: Path | None = None
     http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=30))
 
-    def headers(self, token: bool = True, **extra: str) -> dict[str, str]:
+    def headers(self, *, token: bool = True, **extra: str) -> dict[str, str]:
         """Request headers: the token (unless ``token`` is false) and ``extra``."""
         h = {"X-Chronoq-Token": self.token} if token and self.token else {}
         h.update(extra)
@@ -94,7 +94,7 @@ class DashboardProc:
 
     def get(self, path: str, token: bool = True, **params: Any) -> httpx.Response:
         """``GET base_url + path`` with ``params``."""
-        return self.http.get(self.base_url + path, params=params, headers=self.headers(token))
+        return self.http.get(self.base_url + path, params=params, headers=self.headers(token=token))
 
     def post(
         self, path: str, body: Any = None, token: bool = True, **headers: str
@@ -103,7 +103,7 @@ class DashboardProc:
         return self.http.post(
             self.base_url + path,
             json={} if body is None else body,
-            headers=self.headers(token, **headers),
+            headers=self.headers(token=token, **headers),
         )
 
     def ok(self, path: str, body: Any = None, **params: Any) -> Any:

@@ -34,9 +34,11 @@ def _assert_refused(r: httpx.Response, status: int, error: str) -> None:
 def test_api_calls_need_the_token_from_a_header(dashboard: DashboardProc) -> None:
     msg_id = _pending(dashboard, "safe:token")
     url = dashboard.base_url
+    token = dashboard.token
+    assert token is not None
     for path in ("api/overview", "api/messages", f"api/messages/{msg_id}", "api/schedules"):
         _assert_refused(dashboard.get(path, token=False), 401, "Unauthorized")
-    wrong = {"X-Chronoq-Token": dashboard.token + "x"}
+    wrong = {"X-Chronoq-Token": token + "x"}
     _assert_refused(dashboard.http.get(url + "api/overview", headers=wrong), 401, "Unauthorized")
     _assert_refused(
         dashboard.http.get(url + "api/overview", headers={"X-Chronoq-Token": ""}),
@@ -44,16 +46,16 @@ def test_api_calls_need_the_token_from_a_header(dashboard: DashboardProc) -> Non
         "Unauthorized",
     )
     # A token in the URL is not accepted (it would end up in logs and histories).
-    in_url = dashboard.http.get(url + "api/overview", params={"token": dashboard.token})
+    in_url = dashboard.http.get(url + "api/overview", params={"token": token})
     _assert_refused(in_url, 401, "Unauthorized")
     r = dashboard.http.post(url + f"api/messages/{msg_id}/abort", json={})
     _assert_refused(r, 401, "Unauthorized")
     assert _still_pending(dashboard, msg_id)
-    bearer = {"Authorization": f"Bearer {dashboard.token}"}
+    bearer = {"Authorization": f"Bearer {token}"}
     assert dashboard.http.get(url + "api/overview", headers=bearer).status_code == 200
-    basic = {"Authorization": f"Basic {dashboard.token}"}
+    basic = {"Authorization": f"Basic {token}"}
     _assert_refused(dashboard.http.get(url + "api/overview", headers=basic), 401, "Unauthorized")
-    assert dashboard.token not in dashboard.service.output()  # never logged
+    assert token not in dashboard.service.output()  # never logged
 
 
 def test_cross_site_posts_are_refused_and_change_nothing(dashboard: DashboardProc) -> None:
@@ -74,7 +76,7 @@ def test_cross_site_posts_are_refused_and_change_nothing(dashboard: DashboardPro
         r = dashboard.http.post(
             dashboard.base_url + path,
             content=data,
-            headers=dashboard.headers(**{"Content-Type": ctype}),
+            headers={**dashboard.headers(), "Content-Type": ctype},
         )
         _assert_refused(r, 415, "UnsupportedMediaType")
     r = dashboard.http.post(dashboard.base_url + path, headers=dashboard.headers())
@@ -125,6 +127,8 @@ def test_every_answer_carries_the_security_headers(dashboard: DashboardProc) -> 
         assert "object-src 'none'" in r.headers["content-security-policy"]
         assert r.headers["x-content-type-options"] == "nosniff"
         assert r.headers["referrer-policy"] == "no-referrer"
+    for r in (dashboard.get("api/nothing-here"), dashboard.post("api/overview", {})):
+        assert r.status_code in (404, 405) and r.json()["error"] == "RouteNotFound", r.text
 
 
 def test_bad_input_is_a_typed_400_and_changes_nothing(dashboard: DashboardProc) -> None:
@@ -141,7 +145,7 @@ def test_bad_input_is_a_typed_400_and_changes_nothing(dashboard: DashboardProc) 
     r = dashboard.http.post(
         dashboard.base_url + f"api/messages/{msg_id}/reschedule",
         content="{not json",
-        headers=dashboard.headers(**{"Content-Type": "application/json"}),
+        headers={**dashboard.headers(), "Content-Type": "application/json"},
     )
     assert r.status_code == 400 and r.json()["error"] == "InvalidArgument"
     for params in ({"limit": 0}, {"limit": "many"}, {"start": -5}, {"topic": "bad topic!"}):

@@ -91,7 +91,7 @@ def test_unknown_schedules_are_404_and_bad_posts_change_nothing(
     r = dashboard.http.post(
         dashboard.base_url + "api/schedules/tenant-3/pause",
         content="a=1",
-        headers=dashboard.headers(**{"Content-Type": "application/x-www-form-urlencoded"}),
+        headers={**dashboard.headers(), "Content-Type": "application/x-www-form-urlencoded"},
     )
     assert r.status_code == 415
     r = dashboard.post("api/schedules/tenant-3/pause", {}, Origin="http://evil.example")

@@ -16,12 +16,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 
 from broker_adapter.errors import ChronoqError, InvalidArgument
 from workers.dashboard import api_dead, api_messages, api_overview, api_schedules
 from workers.dashboard.auth import Guard, SecurityMiddleware
 from workers.dashboard.context import Dashboard, version
-from workers.dashboard.errors import http_status
+from workers.dashboard.errors import RouteNotFound, http_status
 
 #: The pages, scripts and styles (all shipped in the package; nothing from a CDN).
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -67,6 +68,12 @@ def build_app(dash: Dashboard, guard: Guard) -> FastAPI:
     @app.exception_handler(ChronoqError)
     async def chronoq_error(request: Request, exc: ChronoqError) -> JSONResponse:
         return _error(exc, http_status(exc))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        # Unknown paths and methods (and missing static files) answer in the API's shape.
+        what = f"{request.method} {request.url.path}"
+        return _error(RouteNotFound(f"{what}: {exc.detail}; see openapi.json"), exc.status_code)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -37,6 +37,12 @@ class UnsupportedMediaType(DashboardError):
     status = 415
 
 
+class RouteNotFound(DashboardError):
+    """A path (or a method on it) the dashboard does not serve."""
+
+    status = 404
+
+
 def http_status(error: ChronoqError) -> int:
     """The HTTP status of an answer carrying ``error``: the dashboard's own status;
     404 for what names nothing (a ``LookupError``); 400 for bad input (a
@@ -55,6 +61,7 @@ def http_status(error: ChronoqError) -> int:
 __all__ = [
     "CrossSiteRequest",
     "DashboardError",
+    "RouteNotFound",
     "Unauthorized",
     "UnsupportedMediaType",
     "http_status",
