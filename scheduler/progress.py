@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from types import TracebackType
 from typing import Any, Self, TextIO
@@ -66,6 +67,13 @@ class Progress:
         if self._bar is not None and done != self._bar.n:
             self._bar.update(done - self._bar.n)
 
+    def set_count(self, done: int, total: int | None) -> None:
+        """Exactly ``done`` of ``total`` units (a polled count whose total grows)."""
+        bar = self._bar
+        if bar is not None and (done != bar.n or total != bar.total):
+            bar.total = total
+            bar.update(done - bar.n)
+
     def describe(self, text: str) -> None:
         """The words before the bar (what is being done)."""
         if self._bar is not None:
@@ -102,6 +110,7 @@ def progress(
     quiet: bool = False,
     stream: TextIO | None = None,
     force: bool = False,
+    scale: bool = True,
 ) -> Progress:
     """A bar on ``stream`` (stderr) when :func:`show_progress` says so, else a silent one.
 
@@ -110,6 +119,7 @@ def progress(
     :param unit: what a unit is, spaced (``" keys"``, ``" rows"``, ``" tasks"``).
     :param quiet: the command's ``--quiet``.
     :param force: show it on ``stream`` even when it is no terminal (benches).
+    :param scale: show counts as ``20.0k`` (for big ones).
     """
     stream = sys.stderr if stream is None else stream
     if not (force or show_progress(quiet, stream)):
@@ -119,17 +129,28 @@ def progress(
     except ModuleNotFoundError:  # the work goes on without a bar
         _log.debug("no progress bar: tqdm is not installed (pip install tqdm)")
         return Progress(None)
+    sized = _columns(stream) > 0  # a terminal that reports no size (0x0) gets 80x24
     bar = tqdm.tqdm(
         total=total,
         desc=desc,
         unit=unit,
-        unit_scale=True,
+        unit_scale=scale,
         file=stream,
-        dynamic_ncols=True,
+        dynamic_ncols=sized,
+        ncols=None if sized else 80,
+        nrows=None if sized else 24,  # tqdm hides a bar below the last of 0 rows
         mininterval=0.1,
         leave=True,
     )
     return Progress(bar)
+
+
+def _columns(stream: TextIO) -> int:
+    """The terminal's width, 0 when unknown."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 0
 
 
 __all__ = ["Progress", "progress", "show_progress"]

@@ -34,7 +34,7 @@ re-running it after its message fired schedules it again).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -253,6 +253,7 @@ def bulk_schedule(
     rejects_path: str | Path | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     now_ms: int | None = None,
+    phase: Callable[[str], None] | None = None,
 ) -> BulkResult:
     """Validate ``rows`` and schedule the valid ones; see the module docstring.
 
@@ -262,6 +263,7 @@ def bulk_schedule(
     :param broker_url: send from the executors through this URL (executor mode);
         give exactly one of ``broker`` and ``broker_url``.
     :param rejects_path: where rejected rows go (Parquet directory, replaced).
+    :param phase: told the name of each part as it starts (a progress bar's).
     :raises InvalidArgument: unless exactly one of ``broker`` and ``broker_url`` is
         given, or for a ``memory://`` ``broker_url`` (a broker of one process).
     """
@@ -277,7 +279,9 @@ def bulk_schedule(
             "process; pass the open broker as broker= (driver mode), or a chronoq:// or "
             "redis:// URL the executors reach"
         )
+    say = phase or (lambda text: None)
     start = time.perf_counter()
+    say("bulk schedule: validating")
     df = read_rows(spark, rows) if isinstance(rows, str | Path) else rows
     now = int(time.time() * 1000) if now_ms is None else now_ms
     checked = validate(df, jobs, now).cache()
@@ -287,6 +291,7 @@ def bulk_schedule(
         if rejected and rejects_path is not None:
             rejected_df.write.mode("overwrite").parquet(str(rejects_path))
         valid = checked.filter("reason IS NULL").select("key", "topic", "deliver_at_ms", "body")
+        say("bulk schedule: sending")
         if broker is not None:
             # Python workers turn each partition into one list of plain tuples (Rows are
             # slow to build); the driver gets them a partition at a time and sends.
@@ -319,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from scheduler.apps import AppNotFound, load_app
+    from spark_tasks.progress import SparkProgress
     from spark_tasks.session import get_spark, stop_spark
 
     parser = argparse.ArgumentParser(prog="bulk_schedule", description=main.__doc__)
@@ -328,22 +334,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker-url", help="send from executors through this URL")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--master", help="Spark master (default: $CHRONOQ_SPARK_MASTER)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
     try:
         app = load_app(args.target)
     except AppNotFound as e:
         raise SystemExit(f"bulk_schedule: {e}") from e
     spark = get_spark(master=args.master)
-    try:
-        res = bulk_schedule(
-            spark,
-            args.rows,
-            jobs_of(app),
-            broker=None if args.broker_url else app.broker,
-            broker_url=args.broker_url,
-            rejects_path=args.rejects,
-            batch_size=args.batch_size,
-        )
+    try:  # a bar of the Spark tasks on a terminal, unless --quiet
+        with SparkProgress(spark, "bulk schedule", quiet=args.quiet) as bar:
+            res = bulk_schedule(
+                spark,
+                args.rows,
+                jobs_of(app),
+                broker=None if args.broker_url else app.broker,
+                broker_url=args.broker_url,
+                rejects_path=args.rejects,
+                batch_size=args.batch_size,
+                phase=bar.phase,
+            )
     finally:
         stop_spark()
         app.close()

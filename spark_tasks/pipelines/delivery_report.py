@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -245,13 +245,20 @@ def run_report(
     *,
     bucket_s: int = 60,
     chart: bool = True,
+    phase: Callable[[str], None] | None = None,
 ) -> ReportResult:
     """Read the trace, write ``<out_dir>/report.parquet`` (replaced), draw
-    ``<out_dir>/lateness.png`` and return the rows and the table."""
+    ``<out_dir>/lateness.png`` and return the rows and the table.
+
+    :param phase: told the name of each part as it starts (a progress bar's).
+    """
+    say = phase or (lambda text: None)
     out = Path(out_dir)
+    say("report: reading the trace")
     trace = read_trace(spark, trace_path)
     report = delivery_report(trace, bucket_s)
     parquet = out / "report.parquet"
+    say("report: per topic and bucket")
     report.write.mode("overwrite").parquet(str(parquet))
     rows = [
         r.asDict()
@@ -259,6 +266,7 @@ def run_report(
     ]
     png = None
     if chart:
+        say("report: lateness chart")
         hist = lateness_histogram(trace).collect()
         png = render_chart(
             [(h["topic"], h["lateness_ms"], h["n"]) for h in hist], out / "lateness.png"
@@ -270,6 +278,7 @@ def main(args: Any) -> int:
     """``chronoq report``: the runner behind the command (``args`` from its parser)."""
     import sys
 
+    from spark_tasks.progress import SparkProgress
     from spark_tasks.session import get_spark, stop_spark
 
     trace = args.trace or default_trace_dir(args.url)
@@ -277,8 +286,9 @@ def main(args: Any) -> int:
         print(f"chronoq report: no trace at {trace!r}; give --trace DIR", file=sys.stderr)  # noqa: T201
         return 1
     spark = get_spark(master=args.master) if args.master else get_spark()
-    try:
-        result = run_report(spark, trace, args.out, bucket_s=args.bucket)
+    try:  # a bar of the Spark tasks on a terminal, unless --quiet
+        with SparkProgress(spark, "report", quiet=getattr(args, "quiet", False)) as bar:
+            result = run_report(spark, trace, args.out, bucket_s=args.bucket, phase=bar.phase)
     finally:
         stop_spark()
     print(result.table)  # noqa: T201 - the command's output
