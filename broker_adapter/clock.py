@@ -3,6 +3,13 @@
 Brokers read time only through a :class:`Clock`, so tests never sleep for a
 long delay: they advance a :class:`ManualClock` and the broker's timing wheel
 wakes up at once (clocks tell listeners when they jump).
+
+Clock jumps: due times are wall-clock epoch ms, but no firing loop sleeps until a
+wall-clock time. Each waits in bounded slices (a fraction of a second) and reads
+the clock again after every wake, so a step of the system clock (NTP, a VM
+resumed) that nobody announces is seen within a slice: a forward step fires what
+is now due at once, a backward step leaves nothing asleep for the step's length.
+:meth:`ManualClock.jump` makes such steps in tests, announced or silent.
 """
 
 from __future__ import annotations
@@ -72,6 +79,22 @@ class ManualClock:
     def set(self, now_ms: int) -> None:
         """Jump to ``now_ms`` (not backwards) and wake listeners."""
         self.advance(now_ms - self._now)
+
+    def jump(self, ms: int, *, notify: bool = True) -> int:
+        """Step the clock by ``ms``, forward or (negative) back, as an NTP step or a
+        resumed VM does; returns the new time.
+
+        :param ms: the step, in ms (negative: backwards).
+        :param notify: wake listeners, as :meth:`advance` does; ``False`` steps
+            silently, as the system clock does, so only a loop that reads the
+            clock again by itself sees the step.
+        """
+        with self._lock:
+            self._now += ms
+            listeners = list(self._listeners) if notify else []
+        for listener in listeners:
+            listener()
+        return self._now
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every move."""

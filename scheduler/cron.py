@@ -252,9 +252,20 @@ class CronPlanner:
         if stored:
             self.store.keep_alive(stored)
         occurrences = [
-            (p, t) for p in plans if (t := p.next_after(now)) is not None and not self._knows(p, t)
+            (p, t)
+            for p in plans
+            if (t := p.next_after(self._floor(p, now))) is not None and not self._knows(p, t)
         ]
         return sum(r.status is SendStatus.OK for r in self._send(occurrences))
+
+    def _floor(self, plan: Plan, now_ms: int) -> int:
+        """Where :meth:`arm_all` looks for ``plan``'s next occurrence: after ``now_ms``,
+        but not before the latest occurrence this planner armed. After the clock stepped
+        back, the occurrences in between already ran (or came before the schedule ran at
+        all); arming one would run it at once, early."""
+        with self._lock:
+            armed = self._armed.get(plan.series)
+            return max(now_ms, armed[-1] - 1) if armed else now_ms
 
     def _knows(self, plan: Plan, fire_ms: int) -> bool:
         """Whether this planner armed (or found armed) ``plan``'s occurrence ``fire_ms``:

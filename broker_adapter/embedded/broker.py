@@ -185,7 +185,10 @@ class EmbeddedBroker(AdapterBase):
             # (not kept across calls: a reopen after a full disk replaces them)
             h_keys, keys_cf = store.handle[K.CF_KEYS], store.cf[K.CF_KEYS]
             now = core.now()
-            dues = [m.deliver_at(now) for m in messages]
+            # A delay counts from the clock, a due time never before broker time (after
+            # the clock stepped back: see BrokerCore.after).
+            wall = core.clock_ms()
+            dues = [max(now, m.deliver_at(wall)) for m in messages]
             limit = min(now + self.max_delay_ms, K.MAX_TIME_MS)
             if dues and max(dues) > limit:
                 raise InvalidDelay(

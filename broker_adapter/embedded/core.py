@@ -195,6 +195,18 @@ class BrokerCore:
         self._last_now = now
         return now
 
+    def clock_ms(self) -> int:
+        """The clock's own reading, which may be behind :meth:`now` after the clock
+        stepped back."""
+        return self._clock.now_ms()
+
+    def after(self, delay_ms: int) -> int:
+        """The due time ``delay_ms`` from now: counted from the clock, so after a
+        backward step a delay is not made longer by the step (broker time waits at its
+        high-water mark meanwhile), and never before :meth:`now` (a delay shorter
+        than the step is due at once)."""
+        return max(self.now(), self._clock.now_ms() + delay_ms)
+
     def take_seqs(self, n: int) -> int:
         """Reserve ``n`` consecutive sequence numbers; returns the first (lock held). A
         block is made durable before it is handed out, so no number is used twice

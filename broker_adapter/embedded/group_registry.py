@@ -230,7 +230,7 @@ class GroupRegistry:
                 tid = group.retry_tid
                 if delay_ms is None:
                     delay_ms = retry_backoff_ms(flight.attempts)
-                due = now + delay_ms
+                due = core.after(delay_ms)  # from the clock: see BrokerCore.after
                 record = with_topic_and_attempts(flight.record, tid, flight.attempts, due)
                 wkey = K.wheel_key(due, core.next_seq())
                 retry = (wkey, tid, record)

@@ -100,6 +100,12 @@ class MemoryStore:
             self.changed.notify_all()
         return now
 
+    def after(self, delay_ms: int) -> int:
+        """The due time ``delay_ms`` from now: counted from the clock, so a backward
+        step does not make a delay longer, and never before store time (a delay
+        shorter than the step is due at once). Lock held."""
+        return max(self._now, self.clock.now_ms() + delay_ms)
+
     def next_due(self) -> int | None:
         """The earliest time something is due: a copy on the wheel or a deadline."""
         times = [self._wheel[0][0]] if self._wheel else []
@@ -157,7 +163,10 @@ class MemoryStore:
     def send(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store checked messages, all or nothing (see ``BrokerAdapter.send_batch``). Lock held."""
         now = self.tick()
-        dues = [m.deliver_at(now) for m in messages]
+        # A delay counts from the clock, a due time never before store time (after the
+        # clock stepped back, store time waits at its high-water mark: see after()).
+        wall = self.clock.now_ms()
+        dues = [max(now, m.deliver_at(wall)) for m in messages]
         if max(dues) > now + self.max_delay_ms:
             raise InvalidDelay(
                 "delay",
@@ -315,7 +324,7 @@ class MemoryStore:
             group.dead(copy, attempts, error)
             self.changed.notify_all()
             return
-        due = now + (retry_backoff_ms(attempts) if delay_ms is None else delay_ms)
+        due = self.after(retry_backoff_ms(attempts) if delay_ms is None else delay_ms)
         self._schedule(Copy(msg, group.retry_topic, due, attempts, next(self._seq)))
         group.retrying(msg.msg_id, attempts, due, error)
 

@@ -25,6 +25,9 @@ from broker_adapter.redis.news import ReadyNews
 from broker_adapter.redis.scripts import Scripts
 
 _NEVER = float("inf")
+#: Longest the firer sleeps before it reads the clock again (a step of the system
+#: clock tells nobody: a forward one is seen within this, then fires what is due).
+CLOCK_SLICE_S = 0.25
 
 
 class Firer:
@@ -232,7 +235,9 @@ class Firer:
                     self._planned = soonest
                     if not self._kicked:
                         timeout = min(
-                            (soonest - now) / 1000, self._sweep_s - (time.monotonic() - last_full)
+                            (soonest - now) / 1000,
+                            self._sweep_s - (time.monotonic() - last_full),
+                            CLOCK_SLICE_S,
                         )
                         if timeout > 0:
                             self._cond.wait(timeout)
