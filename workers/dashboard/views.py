@@ -68,7 +68,10 @@ def _short(value: Any, budget: _Budget, depth: int = 0) -> Any:
             if budget.left <= 0 or not budget.take(min(len(k), MAX_STRING) + 3):
                 budget.cut = True
                 break
-            obj[k[:MAX_STRING]] = _short(item, budget, depth + 1)
+            if len(k) > MAX_STRING:
+                budget.cut = True
+                k = k[:MAX_STRING] + "…"
+            obj[k] = _short(item, budget, depth + 1)
         budget.cut |= len(value) > len(obj)
         return obj
     budget.take(len(str(value)))
