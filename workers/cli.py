@@ -84,8 +84,8 @@ def _show(args: argparse.Namespace, value: Any, text: str) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from workers.dispatcher import Dispatcher
     from workers.executors.factory import build_executors, open_trace
-    from workers.routing import dedicated_group
     from workers.job_metrics import JobMetrics
+    from workers.routing import dedicated_group
     from workers.runner import run_app
     from workers.schedule_runs import RunLog
 
@@ -304,9 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", nargs="?", help="e.g. timer-load, remote-send")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     from broker_adapter.server.cli import add_serve_parser  # msgpack etc. only for the CLI
+    from broker_adapter.server.cli_admin import add_admin_parsers
 
     broker = sub.add_parser("broker", help="the built-in broker as a server for many processes")
-    add_serve_parser(broker.add_subparsers(dest="broker_command", required=True))
+    broker_commands = broker.add_subparsers(dest="broker_command", required=True)
+    add_serve_parser(broker_commands)
+    add_admin_parsers(broker_commands)  # backup, check
     ops: dict[str, argparse.ArgumentParser] = {}
     for name, what in (
         ("send", "send a message"),

@@ -34,6 +34,7 @@ from broker_adapter.checks import NewDue, check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.coordination import LeaseSemaphores, RateBuckets
 from broker_adapter.embedded import keys as K
+from broker_adapter.embedded.backup import BackupInfo, checkpoint
 from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.dead_letters import DeadLetters
 from broker_adapter.embedded.finder import PendingFinder
@@ -129,6 +130,18 @@ class EmbeddedBroker(AdapterBase):
         """The shared state under this broker (for tools and tests; see
         :mod:`~broker_adapter.embedded.core`)."""
         return self._core
+
+    def backup(self, dest: str | os.PathLike[str]) -> BackupInfo:
+        """Write a consistent copy of the data directory into the new directory ``dest``
+        while the broker runs (see :mod:`~broker_adapter.embedded.backup`: restore by
+        opening a broker on the copy).
+
+        :raises InvalidArgument: when ``dest`` exists and is not an empty directory.
+        :raises StorageFull: when the destination's disk is full.
+        :raises BrokerClosed: when the broker is closed.
+        """
+        self.check_open()
+        return checkpoint(self._core.store, dest)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> EmbeddedBroker:

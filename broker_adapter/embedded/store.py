@@ -108,6 +108,12 @@ def _options(cache: Cache, family: str | None = None) -> Options:
     return opt
 
 
+def options_for(cache: Cache, family: str | None = None) -> Options:
+    """The options the broker opens its DB with (``family=None``) or one of its column
+    families with; for tools that open a data directory themselves (check, repair)."""
+    return _options(cache, family)
+
+
 def _disable_wal(opt: WriteOptions) -> None:
     # rocksdict 0.3.29 exposes disable_wal as a property (its .pyi says method)
     setattr(opt, "disable_wal", True)  # noqa: B010

@@ -4,7 +4,11 @@
 ``python -m broker_adapter.server`` runs it on its own. On start it writes one
 line, ``chronoq broker listening on HOST:PORT node NODE``, to stdout (with
 ``--port 0`` that names the port picked). SIGTERM drains in-flight requests,
-flushes the broker and exits 0.
+flushes the broker and exits 0. SIGUSR1 takes a backup (a consistent copy of
+the data directory, see :mod:`~broker_adapter.embedded.backup`) into a new
+timestamped directory under ``--backup-dir`` and prints
+``chronoq broker backup PATH`` to stdout (and logs it); ``chronoq broker backup
+--url`` asks for one through the ``backup`` admin request.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from broker_adapter.embedded.backup import timestamped
 from broker_adapter.errors import ChronoqError
 from broker_adapter.server.admission import (
     DEFAULT_HELLO_TIMEOUT_S,
@@ -101,6 +106,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help="TEST-ONLY: run on a manual clock from START_MS and accept the "
         "'advance' and 'reset' admin requests (reset empties the data dir)",
     )
+    p.add_argument(
+        "--backup-dir",
+        default=os.environ.get("CHRONOQ_BACKUP_DIR") or None,
+        help="SIGUSR1 writes a backup into a new timestamped directory here "
+        "(default: $CHRONOQ_BACKUP_DIR)",
+    )
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=serve_main)
 
@@ -145,6 +156,14 @@ def serve_main(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    backup_wanted = threading.Event()
+    signal.signal(signal.SIGUSR1, lambda signum, frame: backup_wanted.set())
+    threading.Thread(
+        target=_backups_on_signal,
+        args=(server, args.backup_dir, backup_wanted),
+        name="chronoq-backup-signal",
+        daemon=True,
+    ).start()
     server.start()
     sys.stdout.write(
         f"chronoq broker listening on {server.host}:{server.port} node {server.node}\n"
@@ -170,6 +189,26 @@ def _env(name: str, kind: type[Any], default: Any) -> Any:
     except ValueError:
         sys.stderr.write(f"chronoq broker serve: ${name}={raw!r} is not a {kind.__name__}\n")
         raise SystemExit(2) from None
+
+
+def _backups_on_signal(
+    server: BrokerServer, backup_dir: str | None, wanted: threading.Event
+) -> None:
+    """Take a backup each time ``wanted`` is set (by SIGUSR1), off the signal handler."""
+    while True:
+        wanted.wait()
+        wanted.clear()
+        if backup_dir is None:
+            log.warning("SIGUSR1: no backup taken, start the server with --backup-dir DIR")
+            continue
+        try:
+            info = server.broker.backup(timestamped(backup_dir))
+        except ChronoqError as e:
+            log.error("SIGUSR1: backup failed: %s", e)
+            continue
+        log.info("SIGUSR1: %s", info.describe())
+        sys.stdout.write(f"chronoq broker backup {info.path}\n")
+        sys.stdout.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

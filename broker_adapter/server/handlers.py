@@ -9,6 +9,7 @@ negative delay) are ordinary errors answered to the client.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from broker_adapter.base import Consumer
     from broker_adapter.server.connection import Connection
     from broker_adapter.server.server import BrokerServer
+
+log = logging.getLogger("chronoq.broker_adapter.BrokerServer")
 
 #: Longest a single server-side long poll waits; clients loop for longer waits.
 MAX_POLL_MS = 30_000
@@ -82,6 +85,7 @@ class Handlers:
             "requeue_dead": self.requeue_dead,
             "purge_dead": self.purge_dead,
             "count_pending": self.count_pending,
+            "backup": self.backup,
         }
 
     # -- producer side -----------------------------------------------------------------------
@@ -176,6 +180,13 @@ class Handlers:
             arg(args, "edges", list), topic=arg(args, "topic", str, True)
         )
         return V.encode_counts(counts)
+
+    def backup(self, conn: Connection, args: dict[str, Any]) -> Any:
+        """A backup of the data directory into ``dest`` on this machine (authenticated
+        like every request; see :meth:`EmbeddedBroker.backup`)."""
+        info = self.server.broker.backup(arg(args, "dest", str))
+        log.info("backup taken by request: %s", info.describe())
+        return info.to_list()
 
     def find_pending(self, conn: Connection, args: dict[str, Any]) -> Any:
         page = self.server.broker.find_pending(

@@ -54,6 +54,10 @@ Operations (``args`` -> ``result``)
     {group, ids (null: the oldest), limit} -> how many; ``count_pending`` {edges,
     topic} -> [[count], exact].
 
+    Admin (added later in version 1): ``backup`` {dest} -> [path, bytes, files,
+    seconds]: a consistent copy of the data directory into ``dest``, a new (or
+    empty) directory on the server's machine (see ``chronoq broker backup``).
+
     A message ``m`` is ``[topic, body, key, tags, props, delay_ms, delay_sec,
     delay_level, deliver_at_ms]``; a send result ``r`` is ``[ok, id, due]`` (``ok``
     is 1 for OK, 0 for DUPLICATE); a received message ``rm`` is ``[id, topic, body,
@@ -128,7 +132,9 @@ RUNTIME_OPS = frozenset(
 #: The dead-letter calls and pending counts (for dashboards).
 DEAD_LETTER_OPS = frozenset({"dead_letters", "requeue_dead", "purge_dead", "count_pending"})
 #: Operations the server knows; anything else is a malformed frame.
-OPS = BASE_OPS | RUNTIME_OPS | DEAD_LETTER_OPS
+#: Administration of the server's data directory.
+ADMIN_OPS = frozenset({"backup"})
+OPS = BASE_OPS | RUNTIME_OPS | DEAD_LETTER_OPS | ADMIN_OPS
 
 
 class ProtocolError(DecodeError):
@@ -356,6 +362,7 @@ def decode_error(payload: Any) -> ChronoqError:
 
 
 __all__ = [
+    "ADMIN_OPS",
     "BASE_OPS",
     "DEAD_LETTER_OPS",
     "MAX_FRAME",
