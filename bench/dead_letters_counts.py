@@ -10,7 +10,9 @@ child or a ``redis-server`` child, see :func:`bench.runtime_calls.broker_url`):
 2. **count_pending**: for ~``--seconds`` each, the overview histogram (now, +1 h,
    +1 d, +1 w), 24 hourly buckets, 168 hourly buckets of the week, and the overview
    of one topic: latency P50/P99/max (ms), whether the answer said exact, and the
-   largest relative error of a bucket against the true count (buckets of >= 100).
+   largest relative error of a bucket against the true count (buckets of >= 100);
+   and the P50 CPU time of the calling thread (for the local brokers, the call's own
+   work whatever the machine's load).
 3. **dead letters**: ``--dead`` messages (default 5,000) due now are pulled and
    dead-lettered; then ``dead_letters`` pages of 100 are read first to last (latency
    of a page), ``requeue_dead(limit=1000)`` is called until 0 (dead letters/s; the
@@ -96,16 +98,22 @@ def worst_error(got: PendingCounts, want: list[int]) -> str:
     return f"{max(errors, default=0.0) * 100:.1f} %"
 
 
-def timed(call: Callable[[], PendingCounts], seconds: float) -> tuple[list[float], PendingCounts]:
-    """Latencies (ms) of ``call`` repeated for ~``seconds`` (at least 5 times), and an answer."""
+def timed(
+    call: Callable[[], PendingCounts], seconds: float
+) -> tuple[list[float], list[float], PendingCounts]:
+    """Latencies and CPU times of this thread (ms) of ``call`` repeated for ~``seconds``
+    (at least 5 times), and an answer. The CPU time is the call's own work for a local
+    broker (load on the machine does not inflate it); for a network broker, the client's."""
     times: list[float] = []
+    cpu: list[float] = []
     answer = call()
     stop = time.perf_counter() + seconds
     while len(times) < 5 or time.perf_counter() < stop:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         answer = call()
         times.append((time.perf_counter() - t) * 1000)
-    return times, answer
+        cpu.append((time.thread_time() - c) * 1000)
+    return times, cpu, answer
 
 
 def bench_counts(
@@ -127,14 +135,16 @@ def bench_counts(
     ]
     rows = []
     for label, edges, topic in cases:
-        times, answer = timed(partial(broker.count_pending, edges, topic=topic), seconds)
+        times, cpu, answer = timed(partial(broker.count_pending, edges, topic=topic), seconds)
         pct = percentiles(times, (50, 99, 100))
+        cpu_p50 = percentiles(cpu, (50,))["p50"] or 0.0
         want = truth(dues[topic], edges)
         rows.append(
             (
                 label,
                 (
-                    f"{format_percentiles(pct)} ms  exact={answer.exact}  worst bucket error "
+                    f"{format_percentiles(pct)} ms (CPU P50 {cpu_p50:.1f} ms)  "
+                    f"exact={answer.exact}  worst bucket error "
                     f"{worst_error(answer, want)}  (total {answer.total:,} of {sum(want):,})"
                 ),
             )
