@@ -4,7 +4,9 @@
    ``--pending`` messages (default 1,000,000) in batches of 1,000: job calls of
    ten jobs (``job0`` ... ``job9``, each run tagged with its job), keyed
    ``tenant:<t>:order:<i>`` (100 tenants), due uniformly over the coming week;
-   plus 20 dead letters of group ``bench-workers`` and 50 interval schedules;
+   plus 20 dead letters of group ``bench-workers``, 50 interval schedules and a
+   delivery trace of ``--trace-lines`` lines (default 200,000) in the directory's
+   ``trace/`` (read by ``api/lateness``);
 2. start ``chronoq dashboard`` on the same directory (a client of this process
    through the directory's socket, as next to a running ``chronoq run``;
    ``--dashboard-owns`` closes the broker here first, so the dashboard owns it);
@@ -81,6 +83,23 @@ def dead_letters(broker: object, n: int) -> None:
                 left -= 1
 
 
+def write_trace(directory: Path, lines: int, now_ms: int) -> None:
+    """``lines`` delivery-trace lines (the dispatcher's compact form) finished within
+    the last 30 minutes, lateness 0-50 ms."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(11)
+    with (directory / "trace-1-00000.jsonl").open("w") as f:
+        for i in range(lines):
+            due = now_ms - 1_800_000 + i * 1_800_000 // max(lines, 1)
+            start = due + rng.randrange(50)
+            f.write(
+                f'{{"v":1,"topic":"orders","job":"job{i % 10}","group":"chronoq","msg_id":"{i:016x}",'
+                f'"key":"tenant:{i % 100}:order:{i}","attempt":1,"sent_ms":{due - 60_000},'
+                f'"deliver_at_ms":{due},"fired_ms":{due},"dispatched_ms":{start},'
+                f'"started_ms":{start},"finished_ms":{start + 3},"outcome":"ok","error":null}}\n'
+            )
+
+
 def start_dashboard(url: str, log: Path) -> tuple[subprocess.Popen[str], str]:
     """``chronoq dashboard --url URL --port 0`` (the checkout's code); its base URL."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -114,6 +133,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pending", type=int, default=1_000_000)
     p.add_argument("--requests", type=int, default=50)
+    p.add_argument("--trace-lines", type=int, default=200_000, help="delivery trace lines")
     p.add_argument("--dashboard-owns", action="store_true", help="the dashboard owns the dir")
     args = p.parse_args()
     load0 = os.getloadavg()
@@ -144,6 +164,7 @@ def main() -> None:
                 ),
             ],
         )
+        write_trace(tmp / "data" / "trace", args.trace_lines, now)  # the URL's default
         proc, base = start_dashboard(url, tmp / "dashboard.log")
         minute = now + 2 * 3_600_000
         reads = [
@@ -162,9 +183,16 @@ def main() -> None:
             (f"api/dead?group={GROUP}", f"api/dead?group={GROUP}"),
             ("api/schedules (50)", "api/schedules"),
             ("api/rates", "api/rates?minutes=15"),
+            ("api/lateness (then)", "api/lateness?minutes=60"),
         ]
         rows = []
         with httpx.Client(timeout=120) as http:
+            t0 = time.perf_counter()  # the trace is read whole once, then only new lines
+            http.get(base + "api/lateness?minutes=60").raise_for_status()
+            first = (time.perf_counter() - t0) * 1000
+            rows.append(
+                (f"api/lateness, first read of {num(args.trace_lines)} lines", f"{ms(first)} ms")
+            )
             for label, path in reads:
                 try:
                     pct, size, status = time_get(http, base + path, args.requests)

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import random
+import time
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_adapter import MessageState, MessageView
+from broker_adapter import MessageState, MessageView, ReceivedMessage
 from scheduler.jobcall import JobCall
 from spark_tasks.pipelines.delivery_report import nearest_rank as report_nearest_rank
-from workers.dashboard.lateness import cdf, nearest_rank
+from workers.dashboard.lateness import TraceIndex, cdf, nearest_rank
 from workers.dashboard.views import MAX_CALL_CHARS, MAX_STRING, body_doc, message_doc
+from workers.trace import DeliveryTrace
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=400),
@@ -124,3 +128,51 @@ def test_cdf_of_a_million_values_stays_small() -> None:
     ordered = sorted(rng.randrange(10_000) for _ in range(1_000_000))
     points = cdf(ordered)
     assert len(points) <= 200 and points[-1][1] == 1.0
+
+
+def test_lateness_read_from_a_trace_the_dispatchers_writer_wrote(tmp_path: Path) -> None:
+    trace = DeliveryTrace(tmp_path, flush_interval_s=0.01)
+    now = int(time.time() * 1000)
+    want = []
+    for i in range(50):
+        due = now - 10_000 + i
+        m = ReceivedMessage(f"{i:016x}", "t", b"", due, due - 5, 1, b"r", key=f'k"{i}')
+        trace.received([m], due + 1)
+        if i % 10 != 9:  # every tenth never reached its executor
+            trace.dispatched(m, due + 2 + i)
+            want.append(2 + i if i % 5 == 4 else 3 + i)  # started, or dispatched when not
+        started = None if i % 5 == 4 else due + 3 + i
+        trace.finished(m, "job", "g", "ack", None, started, now)
+    trace.close()
+    assert (tmp_path / next(iter(os.listdir(tmp_path)))).read_text().count("\n") == 50
+    index = TraceIndex(tmp_path)
+    assert sorted(index.lateness(now - 60_000)) == sorted(want)
+    assert index.lateness(now + 1) == []  # all finished before that
+
+
+def _line(due: int, start: int, finished: int) -> bytes:
+    return (
+        f'{{"v":1,"topic":"t","job":"j","group":"g","msg_id":"00","key":null,"attempt":1,'
+        f'"sent_ms":{due},"deliver_at_ms":{due},"fired_ms":{due},"dispatched_ms":{start},'
+        f'"started_ms":{start},"finished_ms":{finished},"outcome":"ok","error":null}}\n'
+    ).encode()
+
+
+def test_the_index_reads_what_was_appended_and_forgets_rotated_files(tmp_path: Path) -> None:
+    now = int(time.time() * 1000)
+    index = TraceIndex(tmp_path)
+    assert index.lateness(now - 1000) == []
+    first = tmp_path / "trace-1-00000.jsonl"
+    first.write_bytes(_line(now, now + 5, now) + _line(now, now + 7, now)[:40])
+    assert index.lateness(now - 1000) == [5]  # the half-written line waits
+    with first.open("ab") as f:
+        f.write(_line(now, now + 7, now)[40:] + _line(now, now + 9, now - 5000))
+    assert sorted(index.lateness(now - 1000)) == [5, 7]
+    assert sorted(index.lateness(now - 10_000)) == [5, 7, 9]
+    second = tmp_path / "trace-1-00001.jsonl"
+    second.write_bytes(_line(now, now + 11, now))
+    assert sorted(index.lateness(now - 1000)) == [5, 7, 11]
+    first.unlink()  # rotated away
+    assert index.lateness(now - 1000) == [11]
+    second.write_bytes(b"")  # replaced by a shorter file: read again from its start
+    assert index.lateness(now - 1000) == []

@@ -128,7 +128,7 @@ def routes(dash: Dashboard, token_required: bool) -> APIRouter:
     @router.get("/lateness")
     def lateness(minutes: int = Query(60, ge=1, le=7 * 24 * 60)) -> dict[str, Any]:
         """Job-start lateness percentiles and CDF from the delivery trace."""
-        return lateness_report(dash.trace_dir, now_ms() - minutes * MINUTE_MS)
+        return lateness_report(dash.trace, now_ms() - minutes * MINUTE_MS)
 
     return router
 

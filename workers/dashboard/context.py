@@ -12,6 +12,7 @@ from broker_adapter.base import BrokerAdapter
 from broker_adapter.urls import open_broker, split_url
 from scheduler.scheduler import Scheduler
 from scheduler.trace_format import default_trace_dir
+from workers.dashboard.lateness import TraceIndex
 from workers.dashboard.sampler import DEFAULT_INTERVAL_S, RateSampler
 
 #: URL scheme -> the ``broker_kind`` that ``api/config`` reports.
@@ -76,6 +77,7 @@ class Dashboard:
         if trace_dir is None and url is not None:
             trace_dir = default_trace_dir(url)
         self.trace_dir = None if trace_dir is None else Path(trace_dir)
+        self.trace = None if self.trace_dir is None else TraceIndex(self.trace_dir)
         self.app = Scheduler(broker)  # bare: its schedules come from the broker
         self.sampler = RateSampler(lambda: broker.stats().fired_total, sample_interval_s)
         self._owns_broker = owns_broker
