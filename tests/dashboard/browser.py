@@ -114,7 +114,10 @@ class Browser:
             ) from None
 
     def open(self, url: str) -> None:
-        """Load ``url`` and wait until the app has rendered something beyond "Loading"."""
+        """Load ``url`` afresh and wait until the app has rendered something beyond
+        "Loading"."""
+        # Only the fragment differing from the page shown would not reload the document.
+        self.driver.get("about:blank")
         self.driver.get(url)
         self.wait(
             lambda d: d.execute_script(
