@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -17,9 +18,10 @@ import httpx
 import pytest
 
 from broker_adapter import MessageState, open_broker
+from broker_adapter.errors import InvalidArgument
 from tests.dashboard.conftest import CHRONOQ, make_app, start_dashboard
 from tests.examples.webapps import ROOT, Service, free_port, python_env
-from tests.helpers import python_without, stop_process
+from tests.helpers import eventually, python_without, stop_process
 
 LINE = re.compile(r"chronoq dashboard listening on http://127\.0\.0\.1:(\d+)\n")
 
@@ -194,3 +196,34 @@ def test_create_app_mounted_under_a_prefix(mounted: tuple[str, object]) -> None:
         assert view is not None and view.state is MessageState.ABORTED
     finally:
         app.close()
+
+
+def test_create_app_on_a_broker_object_served_in_this_process() -> None:
+    import uvicorn
+
+    from workers.dashboard import create_app
+
+    broker = open_broker("memory://")
+    port = free_port()
+    app = create_app(broker=broker)
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{port}/"
+        eventually(lambda: server.started, timeout=30, what="uvicorn started")
+        sent = make_app(broker).handle("shop.remind").schedule("hi", delay=3600, key="o:1")
+        with httpx.Client(timeout=30) as http:
+            assert http.get(base + "api/config").json()["broker_kind"] == "memory"
+            doc = http.get(base + f"api/messages/{sent.msg_id}").json()
+            assert doc["args"] == ["hi"] and doc["key"] == "o:1"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    assert not thread.is_alive()
+    assert broker.query(sent.msg_id) is not None  # a broker passed in is left open
+    broker.close()
+    with pytest.raises(InvalidArgument):
+        create_app()
+    with pytest.raises(InvalidArgument):
+        create_app("memory://", broker=broker)
