@@ -27,20 +27,16 @@ s, e, n, cursor, body)``    checked), ``n >= 1``; the adapter decodes its cursor
 ``_acquire_slot(s, n, h,    checked names, ``n >= 1``, ``lease >= 1``
 lease)``
 ``_release_slot(s, h)``     checked names
-``_dead_letters(g, cursor,  a checked group name, ``n >= 1``; the adapter decodes its
-n, body)``                  cursor
-``_requeue_dead(g, ids, n)``  a checked group, ``ids`` a tuple of str without repeats
-``_purge_dead(g, ids, n)``  (at most ``n``) or ``None`` (the ``n`` oldest), ``n >= 1``
-``_count_pending(edges,     2 to ``MAX_COUNT_EDGES`` increasing ints >= 0 (a tuple), a
-topic)``                    checked topic name or ``None``
 ==========================  ==========================================================
 
-and may override ``_send_one`` (a single send with its own wire form),
-``_submit`` (an async send path of its own), ``_flush`` (more to wait for),
-``_before_close`` (work to finish while still open) and
-``max_body_bytes`` (``None``: the adapter checks sizes itself, e.g. against a
-server's limit learnt on connecting). Each primitive runs only while the broker is
-open.
+and the dead-letter primitives (``_dead_letters``, ``_requeue_dead``,
+``_purge_dead``, ``_count_pending``) of its base
+:class:`~broker_adapter.dead_letter_calls.DeadLetterCalls`, and may override
+``_send_one`` (a single send with its own wire form), ``_submit`` (an async send
+path of its own), ``_flush`` (more to wait for), ``_before_close`` (work to
+finish while still open) and ``max_body_bytes`` (``None``: the adapter checks
+sizes itself, e.g. against a server's limit learnt on connecting). Each primitive
+runs only while the broker is open.
 """
 
 from __future__ import annotations
@@ -64,9 +60,6 @@ from broker_adapter.base import (
 from broker_adapter.checks import (
     NewDue,
     check_abort_args,
-    check_count_edges,
-    check_dead_ids,
-    check_dead_page_args,
     check_find_args,
     check_int,
     check_key_prefix,
@@ -74,15 +67,13 @@ from broker_adapter.checks import (
     check_pending_limit,
     check_reschedule_args,
 )
+from broker_adapter.dead_letter_calls import DeadLetterCalls
 from broker_adapter.errors import BrokerClosed, InvalidArgument, InvalidMessage, MessageTooLarge
 from broker_adapter.message import Message, check_topic
 from broker_adapter.results import (
-    MAX_COUNT_EDGES,
     AbortResult,
     BrokerStats,
-    DeadLetterPage,
     MessageView,
-    PendingCounts,
     PendingPage,
     PrefixAbortResult,
     RescheduleResult,
@@ -134,7 +125,7 @@ def check_consumer_args(group: str, topics: Iterable[str], **limits: object) -> 
     return names
 
 
-class AdapterBase(BrokerAdapter):
+class AdapterBase(DeadLetterCalls, BrokerAdapter):
     """The shared half of every adapter; see the module docstring for the primitives."""
 
     _closed = False
@@ -320,46 +311,6 @@ class AdapterBase(BrokerAdapter):
         self.check_open()
         return self._release_slot(name, holder)
 
-    def dead_letters(
-        self,
-        group: str,
-        *,
-        cursor: str | None = None,
-        limit: int = 100,
-        with_body: bool = False,
-    ) -> DeadLetterPage:
-        """See :meth:`BrokerAdapter.dead_letters`."""
-        check_topic(group)
-        check_dead_page_args(limit, cursor)
-        self.check_open()
-        return self._dead_letters(group, cursor, limit, bool(with_body))
-
-    def requeue_dead(
-        self, group: str, msg_ids: Sequence[str] | None = None, *, limit: int = 1000
-    ) -> int:
-        """See :meth:`BrokerAdapter.requeue_dead`."""
-        check_topic(group)
-        ids = check_dead_ids(msg_ids, limit)
-        self.check_open()
-        return self._requeue_dead(group, ids, limit)
-
-    def purge_dead(
-        self, group: str, msg_ids: Sequence[str] | None = None, *, limit: int = 1000
-    ) -> int:
-        """See :meth:`BrokerAdapter.purge_dead`."""
-        check_topic(group)
-        ids = check_dead_ids(msg_ids, limit)
-        self.check_open()
-        return self._purge_dead(group, ids, limit)
-
-    def count_pending(self, edges_ms: Sequence[int], *, topic: str | None = None) -> PendingCounts:
-        """See :meth:`BrokerAdapter.count_pending`."""
-        edges = check_count_edges(edges_ms, MAX_COUNT_EDGES)
-        if topic is not None:
-            check_topic(topic)
-        self.check_open()
-        return self._count_pending(edges, topic)
-
     def consumer(
         self,
         group: str,
@@ -470,24 +421,6 @@ class AdapterBase(BrokerAdapter):
     @abc.abstractmethod
     def _release_slot(self, name: str, holder: str) -> bool:
         """Give back ``holder``'s slot of ``name``."""
-
-    @abc.abstractmethod
-    def _dead_letters(
-        self, group: str, cursor: str | None, limit: int, with_body: bool
-    ) -> DeadLetterPage:
-        """One page of ``group``'s dead letters, oldest death first, with bounded work."""
-
-    @abc.abstractmethod
-    def _requeue_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
-        """Requeue the named (or up to ``limit`` oldest) dead letters of ``group``."""
-
-    @abc.abstractmethod
-    def _purge_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
-        """Purge the named (or up to ``limit`` oldest) dead letters of ``group``."""
-
-    @abc.abstractmethod
-    def _count_pending(self, edges: tuple[int, ...], topic: str | None) -> PendingCounts:
-        """Pending messages per ``[edges[i], edges[i + 1])``, with bounded work."""
 
 
 __all__ = ["AdapterBase", "ConsumerLimits", "check_consumer_args", "check_messages"]

@@ -36,18 +36,15 @@ from broker_adapter.base import BrokerAdapter
 from broker_adapter.checks import (
     NewDue,
     check_abort_args,
-    check_count_edges,
-    check_dead_ids,
-    check_dead_page_args,
     check_find_args,
     check_key_prefix,
     check_pending_limit,
     check_reschedule_args,
 )
+from broker_adapter.dead_letter_calls import AsyncDeadLetterCalls
 from broker_adapter.errors import BrokerClosed, InvalidArgument, InvalidMessage, MessageTooLarge
 from broker_adapter.message import Message, check_topic
 from broker_adapter.results import (
-    MAX_COUNT_EDGES,
     AbortResult,
     BrokerStats,
     DeadLetterPage,
@@ -171,7 +168,7 @@ class AsyncBrokerAdapter(abc.ABC):
         await self.close()
 
 
-class AsyncAdapterBase(AsyncBrokerAdapter):
+class AsyncAdapterBase(AsyncDeadLetterCalls, AsyncBrokerAdapter):
     """The shared half of every async adapter; see the module docstring."""
 
     _closed = False
@@ -283,48 +280,6 @@ class AsyncAdapterBase(AsyncBrokerAdapter):
             topic, key_prefix, tag, start_ms, end_ms, limit, cursor, bool(with_body)
         )
 
-    async def dead_letters(
-        self,
-        group: str,
-        *,
-        cursor: str | None = None,
-        limit: int = 100,
-        with_body: bool = False,
-    ) -> DeadLetterPage:
-        """See :meth:`BrokerAdapter.dead_letters`."""
-        check_topic(group)
-        check_dead_page_args(limit, cursor)
-        self.check_open()
-        return await self._dead_letters(group, cursor, limit, bool(with_body))
-
-    async def requeue_dead(
-        self, group: str, msg_ids: Sequence[str] | None = None, *, limit: int = 1000
-    ) -> int:
-        """See :meth:`BrokerAdapter.requeue_dead`."""
-        check_topic(group)
-        ids = check_dead_ids(msg_ids, limit)
-        self.check_open()
-        return await self._requeue_dead(group, ids, limit)
-
-    async def purge_dead(
-        self, group: str, msg_ids: Sequence[str] | None = None, *, limit: int = 1000
-    ) -> int:
-        """See :meth:`BrokerAdapter.purge_dead`."""
-        check_topic(group)
-        ids = check_dead_ids(msg_ids, limit)
-        self.check_open()
-        return await self._purge_dead(group, ids, limit)
-
-    async def count_pending(
-        self, edges_ms: Sequence[int], *, topic: str | None = None
-    ) -> PendingCounts:
-        """See :meth:`BrokerAdapter.count_pending`."""
-        edges = check_count_edges(edges_ms, MAX_COUNT_EDGES)
-        if topic is not None:
-            check_topic(topic)
-        self.check_open()
-        return await self._count_pending(edges, topic)
-
     async def close(self) -> None:
         """See :meth:`AsyncBrokerAdapter.close`."""
         if self._closed:
@@ -386,24 +341,6 @@ class AsyncAdapterBase(AsyncBrokerAdapter):
         with_body: bool,
     ) -> PendingPage:
         """See :meth:`AdapterBase._find_pending <broker_adapter.adapter.AdapterBase._find_pending>`."""
-
-    @abc.abstractmethod
-    async def _dead_letters(
-        self, group: str, cursor: str | None, limit: int, with_body: bool
-    ) -> DeadLetterPage:
-        """See :meth:`AdapterBase._dead_letters <broker_adapter.adapter.AdapterBase._dead_letters>`."""
-
-    @abc.abstractmethod
-    async def _requeue_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
-        """See :meth:`AdapterBase._requeue_dead <broker_adapter.adapter.AdapterBase._requeue_dead>`."""
-
-    @abc.abstractmethod
-    async def _purge_dead(self, group: str, msg_ids: tuple[str, ...] | None, limit: int) -> int:
-        """See :meth:`AdapterBase._purge_dead <broker_adapter.adapter.AdapterBase._purge_dead>`."""
-
-    @abc.abstractmethod
-    async def _count_pending(self, edges: tuple[int, ...], topic: str | None) -> PendingCounts:
-        """See :meth:`AdapterBase._count_pending <broker_adapter.adapter.AdapterBase._count_pending>`."""
 
 
 class ThreadedAsyncBroker(AsyncAdapterBase):
