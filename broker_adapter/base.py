@@ -465,7 +465,8 @@ class BrokerAdapter(abc.ABC):
         of the group (unknown, malformed, never dead, already requeued or purged) is
         skipped and not counted. The work per call is bounded (at most ``limit``
         dead letters, each chunk atomic): to requeue them all, call again until it
-        answers 0. The requeue is durable.
+        answers 0. The requeue is durable, and the group's ``dead`` in ``stats()``
+        goes down by as many.
 
         :raises InvalidTopic: for a bad group name.
         :raises InvalidArgument: for ``limit`` < 1, ``msg_ids`` that is not a list or

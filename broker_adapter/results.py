@@ -242,5 +242,6 @@ class BrokerStats:
 
     @property
     def dead(self) -> int:
-        """Messages in dead-letter topics, all groups."""
+        """Dead letters of all groups: messages dead-lettered and not requeued or
+        purged since."""
         return sum(g.dead for g in self.groups.values())

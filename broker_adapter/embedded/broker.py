@@ -391,7 +391,8 @@ class EmbeddedBroker(AdapterBase):
             dead_of = {}
             for name in self._groups.group_names():
                 dlq = core.topic_ids.get(dead_letter_topic(name))
-                dead_of[name] = core.fired_count(dlq) if dlq else 0
+                # ever dead-lettered, less those requeued or purged since
+                dead_of[name] = core.fired_count(dlq) - self._dead.settled(name) if dlq else 0
         groups, ready, inflight = self._groups.stats(dead_of)
         topics = {
             name: TopicStats(pending, fired, ready.get(tid, 0), inflight.get(tid, 0))

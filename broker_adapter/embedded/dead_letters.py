@@ -18,6 +18,9 @@ and with it a note that still names it):
 * **purge**: ``b"X" attempts(2) DLQ wheel key(16) reason``: the group's state is
   ``DONE``.
 
+Each also adds to the group's settled count (``meta`` ``b"D" gid``), so ``stats()``
+counts the dead letters there are now: the DLQ topic's fired total less it.
+
 Both are one ``WriteBatch`` per chunk of :data:`CHUNK` under the broker lock
 (which orders them against a concurrent requeue of the same id). A page scans at
 most :data:`SCAN_BUDGET` copies from its cursor; a copy that is no longer a
@@ -91,6 +94,20 @@ class DeadLetters:
         self._queries = queries
         # group id bytes -> DLQ ready key below which no copy is a dead letter any more
         self._settled: dict[bytes, bytes] = {}
+        # group id bytes -> dead letters requeued or purged so far (meta b"D"), once read
+        self._counts: dict[bytes, int] = {}
+
+    def settled(self, group: str) -> int:
+        """How many of ``group``'s dead letters were requeued or purged so far (durable)."""
+        g = self._groups.group(group)
+        return 0 if g is None else self._settled_count(g.gid_bytes)
+
+    def _settled_count(self, gid: bytes) -> int:
+        n = self._counts.get(gid)
+        if n is None:
+            raw = self._core.store.cf[K.CF_META].get(K.META_DEAD_SETTLED + gid)
+            n = self._counts[gid] = int(K.U64.unpack(raw)[0]) if raw else 0
+        return n
 
     def _where(self, group: str) -> tuple[bytes, int, bytes] | None:
         """``(gid bytes, DLQ topic id, DLQ key prefix)`` of ``group``, ``None`` when it
@@ -214,10 +231,14 @@ class DeadLetters:
         store = core.store
         batch = store.batch()
         h_consume = store.handle[K.CF_CONSUME]
+        gid = found[0][1][:2]  # a note key is gid(2) + msg id(16)
+        count = self._settled_count(gid) + len(found)
+        batch.put(K.META_DEAD_SETTLED + gid, K.U64.pack(count), store.handle[K.CF_META])
         if not requeue:
             for _ready_key, note_key, note, _record in found:
                 batch.put(note_key, _PURGED + note[1:], h_consume)
             core.write(batch)
+            self._counts[gid] = count
             return
         retry_tid = core.topic_id(retry_topic(group))
         now = core.now()
@@ -227,6 +248,7 @@ class DeadLetters:
             entries.append((wkey, retry_tid, with_topic_and_attempts(record, retry_tid, 0, now)))
             batch.put(note_key, _REQUEUED + K.U16.pack(0) + wkey + note[19:], h_consume)
         core.write_pending(batch, entries)
+        self._counts[gid] = count
         core.kick()  # due now: the wheel thread fires them
 
 

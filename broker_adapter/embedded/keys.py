@@ -28,6 +28,9 @@ Column families and their keys::
              b"N" tid(2)                         -> pending(8) fired total(8): topic counters
              b"S"                                -> seq(8): sequence numbers below it may be used
              b"F"                                -> wheel key(16): everything below it has fired
+             b"D" gid(2)                         -> settled(8): a group's dead letters requeued
+                                                    or purged so far (stats' dead: the DLQ
+                                                    topic's fired total less this)
 
 ``time`` is the due time in epoch ms, ``seq`` a broker-wide sequence number, so
 ``time seq`` (the *wheel key*) is unique and sorts in fire order. A *ready key*
@@ -65,6 +68,7 @@ META_CURSOR = b"C"
 META_COUNTERS = b"N"
 META_SEQ = b"S"
 META_FIRED_UPTO = b"F"
+META_DEAD_SETTLED = b"D"
 
 MAX_TOPICS = 0xFFFF
 MAX_TIME_MS = (1 << 48) - 1  # the id keeps 6 bytes of time: year 10889

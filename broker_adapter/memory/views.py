@@ -105,11 +105,10 @@ def broker_stats(store: MemoryStore) -> BrokerStats:
         for flight in group.inflight.values():
             topic = flight.position[0]
             inflight[topic] = inflight.get(topic, 0) + 1
-        dlq = store.logs.get(group.dead_topic)
         groups[name] = GroupStats(
             ready=sum(unread.values()),
             inflight=len(group.inflight),
-            dead=0 if dlq is None else dlq.fired_total,
+            dead=len(group.dead_copies),  # now: requeue, purge and retention take them off
             acked_total=group.acked_total,
         )
     topics = {

@@ -141,8 +141,10 @@ def test_requeue_all_is_bounded_per_call_until_zero(harness: Harness) -> None:
     broker = harness.broker
     consumer = harness.consumer(G, [T])
     killed = [_kill(consumer, broker, "x") for _ in range(5)]
+    assert broker.stats().groups[G].dead == 5
     answers = [broker.requeue_dead(G, limit=2) for _ in range(4)]
     assert answers == [2, 2, 1, 0]
+    assert broker.stats().groups[G].dead == 0
     got = pull_until(consumer, 5)
     assert sorted(m.msg_id for m in got) == sorted(killed)
     assert {m.attempts for m in got} == {1}
@@ -153,6 +155,7 @@ def test_purge_drops_them_and_the_group_state_is_done(harness: Harness) -> None:
     consumer = harness.consumer(G, [T])
     killed = [_kill(consumer, broker, f"r{i}") for i in range(3)]
     assert broker.purge_dead(G, [killed[1]]) == 1
+    assert broker.stats().groups[G].dead == 2
     assert [v.msg_id for v in _all_dead(broker, G)] == [killed[0], killed[2]]
     view = broker.query(killed[1])
     assert view is not None and view.groups[G] is MessageState.DONE
@@ -258,6 +261,7 @@ def test_dead_letters_and_requeue_survive_a_reopen(harness: Harness) -> None:
     broker = harness.reopen()
     listed = _all_dead(broker, G)
     assert [(v.msg_id, v.error) for v in listed] == [(killed[2], "r2")]
+    assert broker.stats().groups[G].dead == 1
     consumer = harness.consumer(G, [T])
     got = pull_one(consumer)
     assert (got.msg_id, got.attempts) == (killed[0], 1)
