@@ -24,7 +24,8 @@ from broker_adapter.errors import InvalidArgument, UnknownTopic
 from broker_adapter.results import MessageView
 from scheduler.pending_runs import RunQuery
 
-#: Messages per ``find_pending`` call (fixed: a cursor's skip count refers to it).
+#: Most messages per page, and per ``find_pending`` call (a search asks the broker for
+#: pages of its first request's limit: a cursor's skip count refers to that size).
 PAGE = 200
 #: Most broker pages read per topic per request.
 MAX_PAGES = 6
@@ -37,6 +38,7 @@ class _Stream:
     topic: str | None
     start: str | None  # the broker cursor the current page was read with
     skip: int  # messages of the current page already handed out
+    size: int  # messages per broker page (the same on every request of a search)
     views: list[MessageView] = field(default_factory=list)
     next_cursor: str | None = None  # the broker cursor after the current page
     read: bool = False  # whether the current page was read
@@ -52,7 +54,7 @@ class _Stream:
                 return
             self.pages += 1
             args = query.page_args(self.topic, self.start)
-            args["limit"] = PAGE
+            args["limit"] = self.size
             page = broker.find_pending(**args)
             self.views = page.messages[self.skip :]
             self.next_cursor, self.done, self.read = page.cursor, page.cursor is None, True
@@ -61,26 +63,39 @@ class _Stream:
     def finished(self) -> bool:
         return self.read and self.done and not self.views
 
+    def position(self) -> list[str | int | None]:
+        """Where the next request goes on: ``[broker cursor, messages to skip]``."""
+        if self.read and not self.views:  # the page is used up: the next one, from its start
+            return [self.next_cursor, 0]
+        return [self.start, self.skip]
 
-def _encode(streams: list[_Stream]) -> str | None:
-    live = {s.topic or "": [s.start, s.skip] for s in streams if not s.finished}
+
+def _encode(streams: list[_Stream], size: int) -> str | None:
+    live = {s.topic or "": s.position() for s in streams if not s.finished}
     if not live:
         return None
-    return base64.urlsafe_b64encode(json.dumps(live).encode()).decode()
+    doc = {"n": size, "t": live}
+    return base64.urlsafe_b64encode(json.dumps(doc).encode()).decode()
+
+
+_MALFORMED = "malformed cursor: pass back the cursor of the previous page, with the same filters"
 
 
 def _decode(cursor: str, topics: tuple[str | None, ...]) -> list[_Stream]:
     try:
-        raw = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        doc = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        size, raw = int(doc["n"]), doc["t"]
         streams = [
-            _Stream(t, raw[t or ""][0], int(raw[t or ""][1])) for t in topics if (t or "") in raw
+            _Stream(t, raw[t or ""][0], int(raw[t or ""][1]), size)
+            for t in topics
+            if (t or "") in raw
         ]
     except (ValueError, TypeError, KeyError, IndexError, binascii.Error):
-        raise InvalidArgument(
-            "malformed cursor: pass back the cursor of the previous page, with the same filters"
-        ) from None
-    if any(s.skip < 0 or not (s.start is None or isinstance(s.start, str)) for s in streams):
-        raise InvalidArgument("malformed cursor: pass back the previous page's cursor")
+        raise InvalidArgument(_MALFORMED) from None
+    if not 1 <= size <= PAGE or any(
+        s.skip < 0 or not (s.start is None or isinstance(s.start, str)) for s in streams
+    ):
+        raise InvalidArgument(_MALFORMED)
     return streams
 
 
@@ -103,8 +118,8 @@ def search_page(
     :raises InvalidArgument: for a malformed cursor or bad filters.
     :raises UnknownTopic: for an unknown topic when ``query.strict``.
     """
-    if cursor is None:
-        streams = [_Stream(t, None, 0) for t in query.topics]
+    if cursor is None:  # broker pages of the first request's limit, from then on
+        streams = [_Stream(t, None, 0, min(limit, PAGE)) for t in query.topics]
     else:
         streams = _decode(cursor, query.topics)
     for s in streams:
@@ -124,7 +139,7 @@ def search_page(
         head = min(live, key=lambda s: s.views[0].deliver_at_ms)
         out.append(head.views.pop(0))
         head.skip += 1
-    return out, _encode(streams)
+    return out, _encode(streams, streams[0].size if streams else PAGE)
 
 
 def broker_topics(broker: BrokerAdapter) -> list[str]:
