@@ -16,6 +16,7 @@ from broker_adapter.redis.async_broker import AsyncRedisBroker
 from broker_adapter.results import MessageState, MessageView
 from tests.conftest import START_MS
 from tests.helpers import pull_one, pull_until
+from tests.redis_server import RedisClusterProcs
 
 pytestmark = [pytest.mark.external_service, pytest.mark.timeout(120)]
 
@@ -105,3 +106,28 @@ def test_requeue_all_reaches_past_the_first_window_of_the_log(redis_url: str) ->
         assert sum(answers) == 300 and len(answers) == 15
         back = pull_until(consumer, 300, max_messages=100)
         assert sorted(m.msg_id for m in back) == sorted(r.msg_id for r in sent)
+
+
+def test_on_a_cluster_each_script_stays_in_its_shards_slot(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    procs = RedisClusterProcs(tmp_path_factory.mktemp("dead-cluster"), masters=3).start()
+    try:
+        clock = ManualClock(START_MS)
+        with RedisBroker.from_url(procs.url, clock=clock) as broker:
+            assert broker.keyspace.shards == 12
+            consumer = broker.consumer(G, [T], max_inflight=1_000)
+            sent = broker.send_batch([Message(T, b"x", key=f"k{i}") for i in range(60)])
+            assert len({r.msg_id.split("-")[0] for r in sent}) == 12
+            for m in pull_until(consumer, 60, max_messages=60):
+                assert consumer.dead_letter(m, "x")
+            listed = _all_dead(broker, 9)
+            assert sorted(v.msg_id for v in listed) == sorted(r.msg_id for r in sent)
+            assert broker.purge_dead(G, [r.msg_id for r in sent[:12]]) == 12
+            assert broker.requeue_dead(G, limit=1_000) == 48
+            assert len(pull_until(consumer, 48, max_messages=48)) == 48
+            edges = [START_MS, START_MS + 1_000]
+            broker.send_batch([Message(T, b"x", delay_ms=500) for _ in range(30)])
+            assert broker.count_pending(edges).counts == [30]
+    finally:
+        procs.stop()
