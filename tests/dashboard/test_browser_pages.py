@@ -19,6 +19,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 
 from broker_adapter import open_broker
 from broker_adapter.results import MessageState
@@ -218,6 +219,38 @@ def test_reschedule_in_the_page_moves_the_due_time(
         ),
         what="the run to fire",
     )
+    assert_clean(browser, dashboard.base_url)
+
+
+def test_search_a_due_time_range_entered_in_the_viewers_zone(
+    browser: Browser, dashboard: DashboardProc
+) -> None:
+    # Given three reports due 1, 5 and 20 minutes after a whole minute five hours ahead
+    nightly = dashboard.app.handle("reports.nightly")
+    base = (datetime.now(VIEWER) + timedelta(hours=5)).replace(second=0, microsecond=0)
+    ids = [
+        nightly.schedule(at=base + timedelta(minutes=m), key=f"range:{m}").msg_id
+        for m in (1, 5, 20)
+    ]
+
+    # When the range [base, base + 10 min] is entered in the viewer's zone (UTC+05:30)
+    sign_in(browser, dashboard.base_url, dashboard.token)
+    browser.go("#/search?mode=range")
+    browser.set_value("#search-start", base.strftime("%Y-%m-%dT%H:%M"))
+    browser.set_value("#search-end", (base + timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M"))
+    browser.css("#search-topic").send_keys("reports")
+    browser.click("#search-go")
+
+    # Then exactly the first two are listed, in due order
+    def listed(d: object) -> list[str] | bool:
+        rows = browser.all("#results tr.msg-row")
+        try:
+            return [r.get_attribute("data-msg-id") for r in rows] == ids[:2]
+        except StaleElementReferenceException:  # the page re-rendered meanwhile
+            return False
+
+    browser.wait(listed, what=f"exactly {ids[:2]} listed")
+    assert "start=" in browser.driver.current_url  # the search is a link
     assert_clean(browser, dashboard.base_url)
 
 
