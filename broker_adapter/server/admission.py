@@ -8,15 +8,17 @@ of working clients:
 * authenticated connections: at most ``max_connections`` in all;
 * unauthenticated ones: at most ``max_unauthenticated``, each given
   ``hello_timeout_s`` to say hello. When that pool is full a newcomer is still
-  let in: the oldest unauthenticated connection of the address holding the most
-  of them is closed for it. A flood thus evicts its own sockets, and a client
-  that says hello at once gets in during the flood;
+  let in: the oldest *silent* connection (not a byte received yet) of the address
+  holding the most is closed for it;
 * one address (the peer's IP; each Unix-socket connection is its own) holds at
   most ``max_per_peer`` connections of both stages. A newcomer over that cap
-  evicts its address's oldest unauthenticated connection if that one is older
-  than :data:`EVICT_MIN_AGE_S` (else the newcomer is refused, so a client's hello
-  in flight is not cut by its neighbours); it is refused too when its address's
-  authenticated connections alone reach the cap.
+  closes its address's oldest silent connection; it is refused when there is none
+  (all are saying hello) or when its address's authenticated connections alone
+  reach the cap.
+
+A client sends its hello right after connecting, so its connection has bytes by
+the time the next one is accepted: a flood of sockets that never speak evicts only
+its own, from any address, and cannot keep a client out.
 
 :class:`Admission` is only the bookkeeping (no sockets, no threads); the server
 closes what it says to evict. :class:`RefusalLog` keeps refusals from flooding the
@@ -29,7 +31,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -46,9 +48,8 @@ DEFAULT_MAX_UNAUTHENTICATED = 64
 DEFAULT_HELLO_TIMEOUT_S = 3.0
 #: Seconds between two refusal lines in the log.
 REFUSAL_LOG_INTERVAL_S = 5.0
-#: A connection this young is never closed for a newer one: a client's hello is
-#: already on its way, and the reader needs a moment to read it under load.
-EVICT_MIN_AGE_S = 0.2
+#: How many of an address's oldest opening connections are looked at for a silent one.
+SILENT_SCAN = 16
 
 
 @dataclass
@@ -79,6 +80,9 @@ class Admission(Generic[C]):
     :param max_per_peer: connections (both stages) of one address.
     :param max_unauthenticated: connections that have not said hello yet.
     :param hello_timeout_s: how long a connection may stay unauthenticated.
+    :param silent: whether an unauthenticated connection has received nothing yet
+        (only those are closed for newcomers); every one is, by default. Called
+        under this object's lock: keep it quick (a poll, a flag).
     """
 
     def __init__(
@@ -87,7 +91,9 @@ class Admission(Generic[C]):
         max_per_peer: int = DEFAULT_MAX_PER_PEER,
         max_unauthenticated: int = DEFAULT_MAX_UNAUTHENTICATED,
         hello_timeout_s: float = DEFAULT_HELLO_TIMEOUT_S,
+        silent: Callable[[C], bool] = lambda conn: True,
     ) -> None:
+        self._silent = silent
         self.max_connections = max_connections
         self.max_per_peer = max_per_peer
         self.max_unauthenticated = max_unauthenticated
@@ -122,33 +128,42 @@ class Admission(Generic[C]):
                 )
             evict: list[C] = []
             if mine is not None and mine.auth + len(mine.unauth) >= self.max_per_peer:
-                if not self._evictable(peer, now):
+                victim = self._oldest_silent(peer)
+                if victim is None:
                     return Verdict(
-                        f"{peer} has {self.max_per_peer} connections opening",
-                        label="address at its cap, all opening",
+                        f"{peer} has {self.max_per_peer} connections saying hello",
+                        label="address at its cap, all saying hello",
                     )
-                evict.append(self._drop_oldest(peer))
+                evict.append(victim)
             if self._unauth_total >= self.max_unauthenticated:
-                # No age check here: the busiest address is the flood's, not a client's
-                # that opens a few connections and says hello at once.
-                busiest = max(self._peers, key=lambda p: len(self._peers[p].unauth))
-                evict.append(self._drop_oldest(busiest))
+                victim = None
+                for busy in sorted(self._peers, key=lambda p: -len(self._peers[p].unauth)):
+                    victim = self._oldest_silent(busy)
+                    if victim is not None:
+                        break
+                if victim is None:
+                    return Verdict(
+                        f"{self.max_unauthenticated} connections are saying hello",
+                        tuple(evict),
+                        "all opening ones saying hello",
+                    )
+                evict.append(victim)
             mine = self._peers.setdefault(peer, _Peer[C]())
             mine.unauth[conn] = now + self.hello_timeout_s
             self._peer_of[conn] = peer
             self._unauth_total += 1
             return Verdict(None, tuple(evict))
 
-    def _evictable(self, peer: str, now: float) -> bool:
-        """Whether ``peer``'s oldest unauthenticated connection may be closed for a newer one."""
-        deadline = next(iter(self._peers[peer].unauth.values()), None)
-        return deadline is not None and deadline - self.hello_timeout_s + EVICT_MIN_AGE_S <= now
-
-    def _drop_oldest(self, peer: str) -> C:
-        state = self._peers[peer]
-        conn = next(iter(state.unauth))
-        self._forget(conn)
-        return conn
+    def _oldest_silent(self, peer: str) -> C | None:
+        """Forget and return ``peer``'s oldest silent unauthenticated connection (among
+        its :data:`SILENT_SCAN` oldest), if any."""
+        for i, conn in enumerate(self._peers[peer].unauth):
+            if i >= SILENT_SCAN:
+                break
+            if self._silent(conn):
+                self._forget(conn)
+                return conn
+        return None
 
     def authenticate(self, conn: C) -> str | None:
         """``conn`` said a valid hello: move it to the authenticated pool. Returns why
@@ -255,8 +270,8 @@ __all__ = [
     "DEFAULT_HELLO_TIMEOUT_S",
     "DEFAULT_MAX_PER_PEER",
     "DEFAULT_MAX_UNAUTHENTICATED",
-    "EVICT_MIN_AGE_S",
     "REFUSAL_LOG_INTERVAL_S",
+    "SILENT_SCAN",
     "Admission",
     "RefusalLog",
     "Verdict",

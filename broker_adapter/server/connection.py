@@ -20,6 +20,7 @@ from __future__ import annotations
 import hmac
 import itertools
 import logging
+import select
 import socket
 import threading
 from typing import TYPE_CHECKING, Any
@@ -73,9 +74,24 @@ class Connection:
         self._slow = 0  # slow requests among them (a drain waits for these)
         self._busy_lock = threading.Condition(threading.Lock())
         self.closed = False
+        self.heard = False  # a byte arrived (a hello is being read): not silent
         self.thread = threading.Thread(
             target=self._run, name=f"chronoq-conn-{self.id}", daemon=True
         )
+
+    def is_silent(self) -> bool:
+        """Whether nothing at all has arrived on this connection yet (a flood's socket;
+        a client sends its hello right after connecting)."""
+        if self.heard or self.closed:
+            return not self.heard
+        # poll, not a non-blocking recv: a socket with a timeout waits for that timeout
+        # inside Python before any recv.
+        poller = select.poll()
+        try:
+            poller.register(self.sock, select.POLLIN)
+            return not poller.poll(0)
+        except (OSError, ValueError):  # closed meanwhile
+            return True
 
     @property
     def busy(self) -> bool:
@@ -121,6 +137,11 @@ class Connection:
             # The server also closes it at its hello deadline (a byte at a time would
             # restart this timeout): silent connections must not hold places.
             self.sock.settimeout(self.server.hello_timeout_s)
+            # Peek first: until the hello is read its bytes stay readable, and from
+            # then on `heard` says so (is_silent never sees a client mid-hello as silent).
+            if not self.sock.recv(1, socket.MSG_PEEK):
+                return
+            self.heard = True
             frames = reader.frames()
             self.sock.settimeout(None)
             if frames and self._hello(frames[0]):

@@ -92,7 +92,7 @@ class BrokerServer:
     :param max_connections_per_peer: connections one address may hold (both stages;
         see :mod:`~broker_adapter.server.admission`).
     :param max_unauthenticated: connections that have not said hello yet; past it a
-        newcomer replaces the oldest one of the busiest address.
+        newcomer replaces the oldest silent one of the busiest address.
     :param hello_timeout_s: seconds a new connection has to say a valid hello.
     :param max_inflight: unanswered requests per connection before it is not read.
     :param max_frame: largest frame accepted (bytes).
@@ -142,7 +142,11 @@ class BrokerServer:
         self.hello_timeout_s = hello_timeout_s
         # Flood control: who may connect, and refusals logged once per few seconds.
         self.admission: Admission[Connection] = Admission(
-            max_connections, max_connections_per_peer, max_unauthenticated, hello_timeout_s
+            max_connections,
+            max_connections_per_peer,
+            max_unauthenticated,
+            hello_timeout_s,
+            Connection.is_silent,
         )
         self.refusals = RefusalLog(log)
         self._broker_options = dict(broker_options or {})
@@ -399,6 +403,7 @@ class BrokerServer:
         for c in conns:
             c.thread.join(timeout=5)
         self.metrics.stop()
+        self.refusals.flush(force=True)  # the last counts, not lost with the process
         self._stopped.set()
         log.info("broker server on %s stopped", self.address)
 
