@@ -190,6 +190,28 @@ def test_a_dead_letter_requeued_in_the_page_runs(
     view = dashboard.broker.query(receipt.msg_id)
     assert view is not None and view.state is not MessageState.DEAD
 
+    # And a dead letter purged in the page (after its dialog) is gone and never runs
+    runs.fail_flaky = True
+    doomed = dashboard.app.handle("browser.flaky").schedule(4343, key="pay:4343")
+    eventually(
+        lambda: (
+            (v := dashboard.broker.query(doomed.msg_id)) is not None
+            and v.state is MessageState.DEAD
+        ),
+        SLOW_S,
+        "the second flaky job to be dead",
+    )
+    runs.fail_flaky = False
+    browser.go("#/overview")
+    browser.go(f"#/dead/{group}")
+    browser.click(f"#dead-table button[data-action=purge][data-msg-id='{doomed.msg_id}']")
+    assert doomed.msg_id in browser.confirm_dialog()
+    browser.wait_text("#flash", "Purged 1")
+    browser.wait_text("#dead-items", "No dead messages in this group")
+    listed = dashboard.ok("api/dead", group=group)["items"]
+    assert doomed.msg_id not in [m["msg_id"] for m in listed]
+    assert runs.count("flaky") == 1  # only the requeued one ran
+
 
 def test_the_overview_lines_and_the_lateness_cdf_show_the_dispatchers_work(
     browser: Browser,
@@ -221,8 +243,12 @@ def test_the_overview_lines_and_the_lateness_cdf_show_the_dispatchers_work(
     # When the overview is open
     sign_in(browser, dashboard.base_url, dashboard.token)
 
-    # Then the fire-rate and job lines are drawn from the live samples
+    # Then the fire-rate and job lines are drawn from the live samples, and grow
     browser.wait(lambda d: browser.all("#fire-chart path.line"), SLOW_S, "the fire-rate line")
+    dots = len(browser.all("#fire-chart circle.dot"))
+    browser.wait(
+        lambda d: len(browser.all("#fire-chart circle.dot")) > dots, SLOW_S, "a new sample drawn"
+    )
     browser.wait(lambda d: browser.all("#jobs-chart path.line"), SLOW_S, "the job lines")
     browser.wait(lambda d: browser.all("#lateness-chart path.line"), SLOW_S, "the lateness lines")
     browser.wait_text("#groups", dashboard.app.settings.group)
