@@ -106,7 +106,8 @@ def _flush_first(store: RocksStore, timeout_s: float = 30.0) -> None:
             cf.flush(False)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and any(
-            cf.property_int_value("rocksdb.mem-table-flush-pending") for cf in families
+            cf.property_int_value("rocksdb.num-immutable-mem-table")
+            for cf in families  # not flushed yet
         ):
             time.sleep(0.005)
     except Exception as e:  # noqa: BLE001 - the checkpoint flushes anyway, and says why not

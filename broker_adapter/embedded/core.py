@@ -99,7 +99,17 @@ class BrokerCore:
         self.prefixes: Mapping[int, bytes] = self._prefixes
         self.tails: Mapping[int, bytes] = self._tails
         self._last_now = 0
-        self._load_state()
+        # Family handles of the hot paths, set by _load_state; dropped in close() (they
+        # keep the DB open).
+        self._h_wheel: Any = None
+        self._h_ready: Any = None
+        self._h_meta: Any = None
+        try:
+            self._load_state()
+        except BaseException:  # a corrupt directory: do not leave it locked
+            self._h_wheel = self._h_ready = self._h_meta = None
+            store.close()
+            raise
         self._wake = threading.Condition(threading.Lock())
         self._kicked = False
         self._planned_wake = 0
@@ -109,11 +119,10 @@ class BrokerCore:
         """Read the in-memory state from the store: on open, and after a reopen (writes
         refused meanwhile may have left the memory ahead of the store)."""
         store = self._store
-        # Family handles of the hot paths; dropped in close() (they keep the DB open).
         handle = store.handle
-        self._h_wheel: Any = handle[K.CF_WHEEL]
-        self._h_ready: Any = handle[K.CF_READY]
-        self._h_meta: Any = handle[K.CF_META]
+        self._h_wheel = handle[K.CF_WHEEL]
+        self._h_ready = handle[K.CF_READY]
+        self._h_meta = handle[K.CF_META]
         for key, value in store.scan(K.CF_META, K.META_TOPIC, b"U", 1 << 30):
             self._remember_topic(key[1:].decode(), int(K.U16.unpack(value)[0]))
         self._pending.clear()  # counters of writes that failed go too

@@ -299,23 +299,37 @@ class RocksStore:
         opt.set_iterate_lower_bound(lower)
         opt.set_iterate_upper_bound(upper)
         out: list[tuple[bytes, bytes]] = []
-        for key, value in self.cf[cf].items(from_key=lower, read_opt=opt):
-            if len(out) >= limit or key >= upper:  # raw mode: bytes
-                break  # (the bound check is belt and braces: bounds misbehaved in some builds)
-            out.append((key, value))
+        try:
+            for key, value in self.cf[cf].items(from_key=lower, read_opt=opt):
+                if len(out) >= limit or key >= upper:  # raw mode: bytes
+                    break  # (belt and braces: bounds misbehaved in some builds)
+                out.append((key, value))
+        except Exception as e:
+            raise self._read_error(e, cf) from e
         return out
+
+    def _read_error(self, e: Exception, cf: str) -> BrokerError:
+        if isinstance(e, BrokerError):
+            return e
+        return BrokerError(
+            f"RocksDB read of {cf!r} failed in {self.path}: {str(e)[:300]}; if it says "
+            "Corruption, stop the broker and run `chronoq broker check --data-dir` on it"
+        )
 
     def count(self, cf: str, lower: bytes, upper: bytes) -> int:
         """How many keys ``cf`` has in ``[lower, upper)`` (a keys-only scan)."""
         opt = ReadOptions()
         opt.set_iterate_lower_bound(lower)
         opt.set_iterate_upper_bound(upper)
-        it = self.cf[cf].iter(opt)
-        it.seek(lower)
-        n = 0
-        while it.valid():
-            n += 1
-            it.next()
+        try:
+            it = self.cf[cf].iter(opt)
+            it.seek(lower)
+            n = 0
+            while it.valid():
+                n += 1
+                it.next()
+        except Exception as e:
+            raise self._read_error(e, cf) from e
         return n
 
     def last_key(self, cf: str, lower: bytes, upper: bytes) -> bytes | None:
@@ -323,13 +337,16 @@ class RocksStore:
         opt = ReadOptions()
         opt.set_iterate_lower_bound(lower)
         opt.set_iterate_upper_bound(upper)
-        it = self.cf[cf].iter(opt)
-        it.seek_for_prev(upper)
-        while it.valid():
-            key: bytes = it.key()
-            if lower <= key < upper:
-                return key
-            it.prev()
+        try:
+            it = self.cf[cf].iter(opt)
+            it.seek_for_prev(upper)
+            while it.valid():
+                key: bytes = it.key()
+                if lower <= key < upper:
+                    return key
+                it.prev()
+        except Exception as e:
+            raise self._read_error(e, cf) from e
         return None
 
     def close(self) -> None:
