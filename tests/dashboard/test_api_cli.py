@@ -227,3 +227,33 @@ def test_create_app_on_a_broker_object_served_in_this_process() -> None:
         create_app()
     with pytest.raises(InvalidArgument):
         create_app("memory://", broker=broker)
+
+
+def test_the_dashboard_takes_a_directory_over_when_its_owner_leaves(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    owner = open_broker(f"rocksdb://{data}")
+    app = make_app(owner)
+    sent = app.handle("shop.close_order").schedule(5, delay=timedelta(hours=1), key="own:5")
+    service, base = start_dashboard(f"rocksdb://{data}", tmp_path / "d.log")
+    try:
+        with httpx.Client(timeout=30) as http:
+            assert http.get(base + f"api/messages/{sent.msg_id}").json()["args"] == [5]
+            app.close()
+            owner.close()  # e.g. chronoq run restarting: the dashboard owns it now
+
+            def answers() -> bool:
+                r = http.get(base + "api/messages", params={"key": "own:5"})
+                return r.status_code == 200 and [i["msg_id"] for i in r.json()["items"]] == [
+                    sent.msg_id
+                ]
+
+            eventually(answers, timeout=30, what="the dashboard answers after the takeover")
+            r = http.post(base + f"api/messages/{sent.msg_id}/abort", json={})
+            assert r.json()["status"] == "ABORTED"
+    finally:
+        service.stop()
+        app.close()
+        owner.close()
+    with open_broker(f"rocksdb://{data}") as again:
+        view = again.query(sent.msg_id)
+        assert view is not None and view.state is MessageState.ABORTED
