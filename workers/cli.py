@@ -15,13 +15,14 @@
     chronoq stats   [--url URL]
     chronoq schedules list|pause|resume|run-now|remove [--url URL] [--app module:app] [NAME]
     chronoq dashboard [--url URL] [--host H] [--port P] [--token T]   (web UI + JSON API)
+    chronoq dead-letters list|requeue|purge --group G [--url URL] [--id ID ... | --all]
     chronoq bench [NAME [ARGS...]]   (a script of bench/, run from a checkout; no NAME lists them)
 
 ``--url`` defaults to ``CHRONOQ_BROKER_URL`` (``rocksdb://./chronoq-data``); ``--json``
 prints one JSON document instead of text. Exit status: 0 on success, 1 when the
 thing asked for is not there (an unknown id, an abort ``NOT_FOUND``), 2 for bad usage.
 ``pending``, ``reschedule`` and ``cancel`` live in :mod:`workers.cli_runtime`,
-``schedules`` in :mod:`workers.cli_schedules`.
+``schedules`` in :mod:`workers.cli_schedules`, ``dead-letters`` in :mod:`workers.cli_dead`.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from scheduler import apps
 from scheduler.jobcall import JobCall
 from scheduler.scheduler import Scheduler
 from scheduler.settings import DEFAULT_BROKER_URL
-from workers import cli_dashboard, cli_schedules
+from workers import cli_dashboard, cli_dead, cli_schedules
 from workers.cli_runtime import add_runtime_parsers, run_runtime
 
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -339,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_runtime_parsers(sub, os.environ.get("CHRONOQ_BROKER_URL") or DEFAULT_BROKER_URL)
     cli_schedules.add_parser(sub)
     cli_dashboard.add_parser(sub)
+    cli_dead.add_parser(sub, os.environ.get("CHRONOQ_BROKER_URL") or DEFAULT_BROKER_URL)
     return parser
 
 
@@ -364,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
             return cli_schedules.run(args)
         if args.command == "dashboard":
             return cli_dashboard.run(args)
+        if args.command == "dead-letters":
+            return cli_dead.run(args)
         with open_broker(args.url) as broker:
             return _OPS[args.command](args, broker)
     except ChronoqError as e:
