@@ -1,11 +1,12 @@
 """A connection flood against a real ``chronoq broker serve`` child (issue 18 §3).
 
 Silent sockets (they connect and never send a byte) from ``--addresses`` loopback
-source addresses (127.0.0.2, 127.0.0.3, ...; ``--per-address`` each, opened again as
-soon as the server closes one) plus a few from 127.0.0.1, for ``--seconds``. Meanwhile
+source addresses (127.0.0.2, 127.0.0.3, ...; ``--per-address`` each) and ``--own``
+from 127.0.0.1, the good clients' own address, each opened again as soon as the
+server closes it, for ``--seconds``. Meanwhile
 a good client on 127.0.0.1 that was connected before sends and pulls one message at a
 time, and every 100 ms a new client connects and sends once (retrying a refused
-connection after 0.1 s).
+connection after 0.1 s), timed.
 
 Printed: flood sockets opened and closed by the server; the long-lived client's
 send+pull round trips (P50/P99/max, ms); new clients: connected on the first try, after
@@ -36,6 +37,8 @@ from broker_adapter.errors import ConnectionFailed
 from broker_adapter.message import Message
 from broker_adapter.server.client import RemoteBroker
 
+ERRORS: list[str] = []
+
 
 def new_client(url: str, attempts: int = 5) -> int:
     """Attempts a new client needed to connect and send once (0: never)."""
@@ -44,7 +47,8 @@ def new_client(url: str, attempts: int = 5) -> int:
             with RemoteBroker.from_url(url) as client:
                 client.send(Message("bench.flood", b"new"))
                 return attempt
-        except ConnectionFailed:
+        except ConnectionFailed as e:
+            ERRORS.append(str(e))
             time.sleep(0.1)
     return 0
 
@@ -53,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--addresses", type=int, default=8, help="flooding source addresses")
     parser.add_argument("--per-address", type=int, default=60, help="silent sockets each")
+    parser.add_argument("--own", type=int, default=200, help="silent sockets from 127.0.0.1")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--per-peer", type=int, default=16, help="--max-connections-per-peer")
     args = parser.parse_args(argv)
@@ -71,9 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             early = RemoteBroker.from_url(server.url)
             consumer = early.consumer("g", ["bench.flood.rt"])
             want = {f"127.0.0.{i}": args.per_address for i in range(2, 2 + args.addresses)}
-            want["127.0.0.1"] = 8
+            want["127.0.0.1"] = args.own
             rtts: list[float] = []
             tries: list[int] = []
+            joins: list[float] = []
             with Flood(server.port, want) as flood:
                 end = time.monotonic() + args.seconds
                 next_new = 0.0
@@ -86,19 +92,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                     rtts.append((time.perf_counter() - t0) * 1000)
                     if time.monotonic() >= next_new:
                         next_new = time.monotonic() + 0.1
+                        t1 = time.perf_counter()
                         tries.append(new_client(server.url))
+                        joins.append((time.perf_counter() - t1) * 1000)
                 opened, closed = flood.opened, flood.closed_by_server
             consumer.close()
             early.close()
-            time.sleep(5.5)  # the last counts reach the log
         finally:
-            server.stop()
+            server.stop()  # the last counts reach the log at shutdown
         lines = [x for x in log_path.read_text().splitlines() if "turned away" in x]
     p = percentiles(rtts, (50, 99, 100))
     print(
-        f"flood: {args.addresses} addresses x {args.per_address} silent sockets + 8 from "
-        f"127.0.0.1 for {args.seconds:.0f} s: {opened:,} opened, {closed:,} closed by the "
-        "server",
+        f"flood: {args.addresses} addresses x {args.per_address} silent sockets + {args.own} "
+        f"from 127.0.0.1 for {args.seconds:.0f} s: {opened:,} opened, {closed:,} closed by "
+        "the server",
         flush=True,
     )
     print(f"good client send+pull round trip ms ({len(rtts):,}): {format_percentiles(p)}")
@@ -106,8 +113,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     never = sum(1 for t in tries if t == 0)
     print(
         f"new clients: {len(tries)}: {first} on the first try, "
-        f"{len(tries) - first - never} after retries, {never} never"
+        f"{len(tries) - first - never} after retries, {never} never; connect+send+close ms: "
+        + format_percentiles(percentiles(joins, (50, 99)))
     )
+    for error in sorted(set(ERRORS)):
+        print(f"  refused: {error}")
     print(f"server refusal log: {len(lines)} lines")
     for line in lines:
         print("  " + line.split(": ", 1)[-1])

@@ -172,7 +172,9 @@ class BrokerServer:
         self.unix_path = None if unix_path is None else Path(unix_path)
         try:
             if self.unix_path is None:
-                self._sock = socket.create_server((host, port), backlog=512, reuse_port=False)
+                # A deep queue: under a flood a client's connect waits its turn there
+                # instead of being dropped (the kernel caps it at net.core.somaxconn).
+                self._sock = socket.create_server((host, port), backlog=4096, reuse_port=False)
             else:
                 self._sock = listen_unix(self.unix_path)
         except BaseException:
