@@ -503,8 +503,8 @@ class BrokerAdapter(abc.ABC):
         adapter; ``exact=True`` counts are exact at one instant.
 
         :raises InvalidArgument: unless ``edges_ms`` is a list or tuple of 2 to
-            :data:`~broker_adapter.results.MAX_COUNT_EDGES` ints >= 0 in strictly
-            increasing order.
+            :data:`~broker_adapter.results.MAX_COUNT_EDGES` ints from 0 to
+            2**63 - 1 in strictly increasing order.
         :raises InvalidTopic: for a bad topic name.
         :raises BrokerClosed: when the broker is closed.
         """

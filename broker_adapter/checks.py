@@ -218,11 +218,14 @@ def check_dead_ids(msg_ids: object, limit: object) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(msg_ids))
 
 
+_MAX_EDGE = (1 << 63) - 1
+
+
 def check_count_edges(edges_ms: object, max_edges: int) -> tuple[int, ...]:
     """The bucket edges of a ``count_pending`` call as a tuple.
 
     :raises InvalidArgument: unless ``edges_ms`` is a list or tuple of 2 to
-        ``max_edges`` ints >= 0, strictly increasing.
+        ``max_edges`` ints from 0 to 2**63 - 1, strictly increasing.
     """
     if not isinstance(edges_ms, (list, tuple)) or not 2 <= len(edges_ms) <= max_edges:
         raise InvalidArgument(
@@ -230,8 +233,10 @@ def check_count_edges(edges_ms: object, max_edges: int) -> tuple[int, ...]:
             f"{edges_ms!r:.80}"
         )
     for i, edge in enumerate(edges_ms):
-        if not is_int(edge, 0):
-            raise InvalidArgument(f"edges_ms[{i}] must be an int >= 0 (epoch ms), got {edge!r}")
+        if not is_int(edge, 0, _MAX_EDGE):  # the bound: what every wire and store can carry
+            raise InvalidArgument(
+                f"edges_ms[{i}] must be an int from 0 to {_MAX_EDGE} (epoch ms), got {edge!r}"
+            )
         if i and edge <= edges_ms[i - 1]:
             raise InvalidArgument(
                 f"edges_ms must increase strictly: edges_ms[{i}]={edge} follows {edges_ms[i - 1]}"

@@ -193,6 +193,7 @@ def test_bad_input_raises_typed_errors_and_changes_nothing(harness: Harness) -> 
         (InvalidArgument, lambda: broker.count_pending([now + 5, now])),
         (InvalidArgument, lambda: broker.count_pending([now, now])),
         (InvalidArgument, lambda: broker.count_pending([-1, now])),
+        (InvalidArgument, lambda: broker.count_pending([now, 1 << 63])),
         (InvalidArgument, lambda: broker.count_pending([now, True])),
         (InvalidArgument, lambda: loose.count_pending([now, 1.5])),
         (InvalidArgument, lambda: loose.count_pending(range(MAX_COUNT_EDGES + 1))),
