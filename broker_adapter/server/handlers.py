@@ -165,15 +165,19 @@ class Handlers:
 
     def requeue_dead(self, conn: Connection, args: dict[str, Any]) -> Any:
         ids = arg(args, "ids", list, True)
-        return self.server.broker.requeue_dead(
+        n = self.server.broker.requeue_dead(
             arg(args, "group", str), ids, limit=arg(args, "limit", int)
         )
+        self.server.metrics.dead_settled("requeue", n)
+        return n
 
     def purge_dead(self, conn: Connection, args: dict[str, Any]) -> Any:
         ids = arg(args, "ids", list, True)
-        return self.server.broker.purge_dead(
+        n = self.server.broker.purge_dead(
             arg(args, "group", str), ids, limit=arg(args, "limit", int)
         )
+        self.server.metrics.dead_settled("purge", n)
+        return n
 
     def count_pending(self, conn: Connection, args: dict[str, Any]) -> Any:
         counts = self.server.broker.count_pending(

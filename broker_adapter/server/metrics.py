@@ -7,6 +7,8 @@ and the counter ``chronoq_fired_total{topic}``. Counted as requests arrive:
 ``chronoq_aborts_total{status}``, ``chronoq_pulled_messages_total`` (their
 ``rate()`` are the send, abort and pull rates), ``chronoq_reschedules_total{status}``,
 ``chronoq_prefix_aborted_messages_total`` (messages aborted by ``abort_prefix``),
+``chronoq_dead_letters_settled_total{action}`` (dead letters requeued or purged:
+``requeue`` or ``purge``),
 ``chronoq_rate_permits_total{outcome}`` and ``chronoq_slot_acquires_total{outcome}``
 (``taken`` or ``refused``), ``chronoq_bad_frames_total``,
 ``chronoq_auth_failures_total``, ``chronoq_refused_connections_total``.
@@ -78,6 +80,12 @@ class ServerMetrics:
         self._prefix_aborted = pc.Counter(
             "chronoq_prefix_aborted_messages", "Messages aborted by abort_prefix", registry=reg
         )
+        self._dead_settled = pc.Counter(
+            "chronoq_dead_letters_settled",
+            "Dead letters requeued or purged, by action",
+            ["action"],
+            registry=reg,
+        )
         self._permits = pc.Counter(
             "chronoq_rate_permits", "Rate permits asked for, by outcome", ["outcome"], registry=reg
         )
@@ -139,6 +147,11 @@ class ServerMetrics:
         """Count ``n`` messages aborted by one ``abort_prefix``."""
         if self._on:
             self._prefix_aborted.inc(n)
+
+    def dead_settled(self, action: str, n: int) -> None:
+        """Count ``n`` dead letters requeued or purged (``action``: ``requeue``/``purge``)."""
+        if self._on and n:
+            self._dead_settled.labels(action).inc(n)
 
     def rate_asked(self, taken: bool) -> None:
         """Count one ``acquire_rate``: a permit taken or a wait answered."""

@@ -2,11 +2,13 @@
 processes): pages merged in one order of death over both servers' pages (ids tagged
 with their node), requeue/purge by tagged id routed to the one server that has it,
 "the oldest" worked through server after server, counts added up; the async client
-answers the same."""
+answers the same; the server's metrics count what was settled."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,3 +97,31 @@ def test_dead_letters_over_two_servers(pair: tuple[ServerProcess, ServerProcess]
 
         messages, async_counts = asyncio.run(from_async())
         assert messages == [] and async_counts == counts
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_metrics_count_settled_dead_letters_and_the_gauge_follows(tmp_path: Path) -> None:
+    port = _free_port()
+    proc = ServerProcess(tmp_path / "d", extra=("--metrics-port", str(port))).start()
+    try:
+        with RemoteBroker.from_url(proc.url) as broker:
+            consumer = broker.consumer(G, [T])
+            sent = [broker.send(Message(T, b"x")).msg_id for _ in range(3)]
+            for m in pull_until(consumer, 3):
+                assert consumer.dead_letter(m, "x")
+            assert broker.requeue_dead(G, [sent[0]]) == 1
+            assert broker.purge_dead(G) == 2
+            assert broker.purge_dead(G) == 0
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10)
+            lines = set(text.read().decode().splitlines())
+        assert 'chronoq_dead_letters_settled_total{action="requeue"} 1.0' in lines
+        assert 'chronoq_dead_letters_settled_total{action="purge"} 2.0' in lines
+        assert 'chronoq_dead{group="g"} 0.0' in lines
+        assert 'chronoq_requests_total{op="purge_dead"} 2.0' in lines
+    finally:
+        proc.kill()
