@@ -57,7 +57,7 @@ def start_dashboard(
     service and its base URL (``http://127.0.0.1:PORT/``) once it printed its line."""
     argv = [CHRONOQ, "dashboard", "--url", url, "--port", "0", *extra]
     if token is not None:
-        argv += ["--token", token]
+        argv.append(f"--token={token}")  # a token may start with "-"
     service = Service("dashboard", argv, python_env(**(env or {})), log.parent, log)
     try:
         service.wait_for_output(LISTENING, timeout=DEADLINE_S)

@@ -4,6 +4,8 @@ changes nothing."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from datetime import timedelta
 
 import httpx
@@ -112,6 +114,35 @@ def test_a_foreign_host_header_is_refused(dashboard: DashboardProc) -> None:
             dashboard.base_url + "api/overview", headers=dashboard.headers(Host=host)
         )
         assert r.status_code == 200, (host, r.text)
+
+
+def test_a_huge_body_is_refused_unread(dashboard: DashboardProc) -> None:
+    msg_id = _pending(dashboard, "safe:huge")
+    path = f"api/messages/{msg_id}/reschedule"
+    huge = b'{"delay_ms": 5, "pad": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+    r = dashboard.http.post(
+        dashboard.base_url + path,
+        content=huge,
+        headers={**dashboard.headers(), "Content-Type": "application/json"},
+    )
+    _assert_refused(r, 413, "BodyTooLarge")
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the body is cut off while read
+        yield huge[: len(huge) // 2]
+        yield huge[len(huge) // 2 :]
+
+    try:
+        r = dashboard.http.post(
+            dashboard.base_url + path,
+            content=chunks(),
+            headers={**dashboard.headers(), "Content-Type": "application/json"},
+        )
+        assert r.status_code != 200, r.text
+    except httpx.TransportError:
+        pass  # the server stopped reading and answered nothing
+    view = dashboard.broker.query(msg_id)
+    assert view is not None and view.state is MessageState.PENDING
+    assert view.deliver_at_ms > int(time.time() * 1000) + 600_000  # not rescheduled
 
 
 def test_every_answer_carries_the_security_headers(dashboard: DashboardProc) -> None:

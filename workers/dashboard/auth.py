@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from workers.dashboard.errors import (
+    BodyTooLarge,
     CrossSiteRequest,
     DashboardError,
     Unauthorized,
@@ -55,6 +56,8 @@ SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
 )
 #: Host names always accepted (with any port): the loopback ones.
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
+#: Largest request body accepted (the largest real one, 1,000 message ids, is ~40 KB).
+MAX_BODY_BYTES = 1024 * 1024
 #: The API paths readable without the token.
 PUBLIC_API = frozenset({"/api/config"})
 
@@ -135,6 +138,11 @@ class Guard:
                         f"cross-site POST from origin {origin!r} refused; actions come from "
                         "the dashboard's own pages or from scripts (which send no Origin)"
                     )
+            length = headers.get("content-length", "0")
+            if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+                return BodyTooLarge(
+                    f"request body of {length} bytes refused: at most {MAX_BODY_BYTES} bytes"
+                )
             ctype = headers.get("content-type", "").partition(";")[0].strip().lower()
             if ctype != "application/json":
                 return UnsupportedMediaType(
@@ -153,6 +161,23 @@ class Guard:
 def error_body(error: Exception) -> bytes:
     """The JSON body of an error answer."""
     return json.dumps({"error": type(error).__name__, "message": str(error)}).encode()
+
+
+def _capped(receive: Receive) -> Receive:
+    """``receive`` that ends a body (sent without a length) past :data:`MAX_BODY_BYTES`
+    as a disconnect: the app stops reading and answers nothing."""
+    seen = 0
+
+    async def capped() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY_BYTES:
+                return {"type": "http.disconnect"}
+        return message
+
+    return capped
 
 
 class SecurityMiddleware:
@@ -185,7 +210,7 @@ class SecurityMiddleware:
             await send(message)
 
         if error is None:
-            await self.app(scope, receive, send_secure)
+            await self.app(scope, _capped(receive), send_secure)
             return
         body = error_body(error)
         await send_secure(
@@ -201,4 +226,11 @@ class SecurityMiddleware:
         await send_secure({"type": "http.response.body", "body": body})
 
 
-__all__ = ["SECURITY_HEADERS", "Guard", "SecurityMiddleware", "error_body", "split_host"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "SECURITY_HEADERS",
+    "Guard",
+    "SecurityMiddleware",
+    "error_body",
+    "split_host",
+]

@@ -37,6 +37,12 @@ class UnsupportedMediaType(DashboardError):
     status = 415
 
 
+class BodyTooLarge(DashboardError):
+    """A request body over the dashboard's limit (its bodies are small JSON objects)."""
+
+    status = 413
+
+
 class RouteNotFound(DashboardError):
     """A path (or a method on it) the dashboard does not serve."""
 
@@ -59,6 +65,7 @@ def http_status(error: ChronoqError) -> int:
 
 
 __all__ = [
+    "BodyTooLarge",
     "CrossSiteRequest",
     "DashboardError",
     "RouteNotFound",
