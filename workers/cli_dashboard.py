@@ -7,7 +7,10 @@
 
 Binds 127.0.0.1 by default; any address that is not loopback is refused without
 a token (``--token`` or ``CHRONOQ_TOKEN``), as ``chronoq broker serve`` does.
-``--port 0`` takes a free port. Once listening it prints exactly one line to
+Requests must name the bound address or a loopback name in their ``Host`` header
+(DNS rebinding), or a name given with ``--allowed-host``; bound to a wildcard
+(``0.0.0.0``, ``::``) without ``--allowed-host``, any name is accepted, the token
+being the defence. ``--port 0`` takes a free port. Once listening it prints exactly one line to
 stdout, ``chronoq dashboard listening on http://HOST:PORT``. Exit status 2 for
 options that cannot work (nothing is started then).
 """
