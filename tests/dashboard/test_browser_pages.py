@@ -15,6 +15,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.support.select import Select
 
 from broker_adapter.results import MessageState
 from tests.dashboard.browser import (
@@ -48,6 +49,8 @@ def test_token_form_refuses_a_wrong_token_then_shows_data(
 ) -> None:
     # Given a dashboard that requires a token, and a fresh browser tab
     assert dashboard.token is not None
+    browser.open(dashboard.base_url)
+    browser.js("sessionStorage.clear()")  # signed in by an earlier test: start afresh
     browser.open(dashboard.base_url)
     browser.css("#sign-in-form")
     save_shot(browser, tmp_path, "sign-in")
@@ -114,6 +117,13 @@ def test_overview_shows_the_real_pending_count_and_charts(
     browser.wait(lambda d: len(browser.all("#due-chart rect.bar")) == 24, what="24 hour bars")
     browser.click("#due-hour")
     browser.wait(lambda d: len(browser.all("#due-chart rect.bar")) == 60, what="60 minute bars")
+
+    # And it can show one topic: the three reports, in three minutes
+    browser.wait(lambda d: browser.all("#due-topic option[value=reports]"), what="reports offered")
+    Select(browser.css("#due-topic")).select_by_value("reports")
+    browser.wait_text("#due-note", "3 due next hour on reports")
+    heights = [float(b.get_attribute("height")) for b in browser.all("#due-chart rect.bar")]
+    assert sum(1 for h in heights if h > 0) == 3
     save_shot(browser, tmp_path, "overview")
     assert_clean(browser, dashboard.base_url)
 
@@ -199,7 +209,7 @@ def test_reschedule_in_the_page_moves_the_due_time(
     browser.wait_text("#detail-due", "in 2.0 h")
     clicked_ms = datetime.now(UTC).timestamp() * 1000
     browser.click("#run-now")
-    browser.wait_text("#flash", "now due")
+    browser.wait_text("#flash", "Due now")
     view = dashboard.broker.query(receipt.msg_id)
     assert view is not None and view.deliver_at_ms <= clicked_ms + 10_000
     browser.wait(

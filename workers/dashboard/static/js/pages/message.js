@@ -70,7 +70,7 @@ export async function render(view, ctx) {
       if (ok) await act(abort, "abort", {}, (a) => (a.status === "ABORTED" ? "Aborted." : statusText(a)));
     });
     const runNow = el("button", { type: "button", class: "secondary", id: "run-now", disabled: !pending }, "Run now");
-    runNow.addEventListener("click", () => act(runNow, "run-now", {}, statusText));
+    runNow.addEventListener("click", () => act(runNow, "run-now", {}, (a) => (a.status === "RESCHEDULED" ? "Due now: it runs as soon as a dispatcher pulls it." : statusText(a))));
 
     const dueDefault = Number.isFinite(m.deliver_at_ms) ? Math.max(m.deliver_at_ms, Date.now() + 60_000) : Date.now() + 600_000;
     const at = el("input", { type: "datetime-local", id: "reschedule-at", name: "at", required: true, value: toLocalInput(dueDefault), step: 60 });

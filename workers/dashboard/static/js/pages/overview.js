@@ -52,6 +52,9 @@ function rangeTabs(current, onPick) {
 
 export async function render(view, ctx) {
   let range = "hour";
+  let dueTopic = ""; // "" = every topic
+  let topicNames = [];
+  let topicNode = null; // the due histogram's topic select
   const cards = el("div", { class: "cards" }, CARDS.map(card));
   const dueBody = el("div", { class: "chart-box", id: "due-chart" });
   const dueNote = el("span", { class: "muted small", id: "due-note" });
@@ -83,7 +86,7 @@ export async function render(view, ctx) {
   );
 
   async function loadDue() {
-    const data = await api(withQuery("api/due", { range }));
+    const data = await api(withQuery("api/due", { range, topic: dueTopic }));
     if (!ctx.alive) return;
     const r = RANGES[range];
     const tickFmt = new Intl.DateTimeFormat(undefined, r.tick);
@@ -100,8 +103,24 @@ export async function render(view, ctx) {
     });
     clear(dueBody).append(chart);
     const total = data.counts.reduce((a, b) => a + b, 0);
-    dueNote.textContent = `${fmtInt(total)} due ${r.name.toLowerCase()}, one bar per ${fmtDuration(data.bucket_ms)}${data.exact ? "" : " (estimated: the count was bounded)"}`;
-    clear(dueTools).append(rangeTabs(range, pick));
+    dueNote.textContent = `${fmtInt(total)} due ${r.name.toLowerCase()}${dueTopic ? ` on ${dueTopic}` : ""}, one bar per ${fmtDuration(data.bucket_ms)}${data.exact ? "" : " (estimated: the count was bounded)"}`;
+    topicNode = topicSelect();
+    clear(dueTools).append(topicNode, rangeTabs(range, pick));
+  }
+
+  function topicSelect() {
+    const names = [...new Set([...topicNames, dueTopic].filter(Boolean))].sort();
+    const select = el(
+      "select",
+      { id: "due-topic", "aria-label": "Topic" },
+      el("option", { value: "" }, "every topic"),
+      names.map((t) => el("option", { value: t, selected: t === dueTopic }, t)),
+    );
+    select.addEventListener("change", () => {
+      dueTopic = select.value;
+      loadDue();
+    });
+    return select;
   }
 
   function pick(key) {
@@ -114,6 +133,15 @@ export async function render(view, ctx) {
     for (const key of ["pending", "ready", "inflight", "dead", "fired_total"]) setCard(cards, key, o.totals[key]);
     setCard(cards, "retrying", retrying);
     const topics = [...o.topics].sort((a, b) => b.pending - a.pending);
+    const names = o.topics.map((t) => t.topic);
+    if (names.join("\n") !== topicNames.join("\n")) {
+      topicNames = names; // a new topic: offer it in the histogram's select too
+      if (topicNode) {
+        const fresh = topicSelect();
+        topicNode.replaceWith(fresh);
+        topicNode = fresh;
+      }
+    }
     clear(topicsChart).append(
       barChart(
         topics.filter((t) => t.pending > 0).map((t) => ({ label: t.topic, value: t.pending, cls: t.topic.startsWith(RETRY_PREFIX) ? "retry" : "" })),
