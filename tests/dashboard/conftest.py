@@ -147,9 +147,9 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardPro
         broker.close()
 
 
-__all__ = ["CHRONOQ", "DashboardProc", "make_app", "start_dashboard"]
-
-
 def ids(items: Sequence[dict[str, Any]]) -> list[str]:
     """The ``msg_id`` of each item."""
     return [i["msg_id"] for i in items]
+
+
+__all__ = ["CHRONOQ", "DashboardProc", "ids", "make_app", "start_dashboard"]
