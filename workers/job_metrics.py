@@ -63,6 +63,15 @@ RUN_BOUNDS_S: tuple[float, ...] = (
     3600.0,
 )
 _STARTED, _SUCCEEDED, _FAILED, _RETRIED, _DEAD = range(5)
+_LATE_MS = tuple(b * 1000 for b in LATENESS_BOUNDS_S)  # compared in ms: no division per job
+#: The counters one settlement adds to, with a run and without one.
+_OUTCOMES: dict[tuple[Settlement, bool], tuple[int, ...]] = {
+    (Settlement.ACK, True): (_SUCCEEDED,),
+    (Settlement.RETRY, True): (_FAILED, _RETRIED),
+    (Settlement.RETRY, False): (_RETRIED,),
+    (Settlement.DEAD, True): (_FAILED, _DEAD),
+    (Settlement.DEAD, False): (_DEAD,),
+}
 _COUNTER_DOCS = (
     ("chronoq_job_started", "Jobs handed to their executor"),
     ("chronoq_job_succeeded", "Messages acked after their job succeeded"),
@@ -89,12 +98,12 @@ class FlowCounts(Protocol):
 class _Tally:
     """One job's cumulative counts and histograms (guarded by the hook's lock)."""
 
-    __slots__ = ("counts", "late", "late_sum", "run", "run_sum")
+    __slots__ = ("counts", "late", "late_sum_ms", "run", "run_sum")
 
     def __init__(self) -> None:
         self.counts = [0, 0, 0, 0, 0]
         self.late = [0] * (len(LATENESS_BOUNDS_S) + 1)
-        self.late_sum = 0.0
+        self.late_sum_ms = 0.0
         self.run = [0] * (len(RUN_BOUNDS_S) + 1)
         self.run_sum = 0.0
 
@@ -143,22 +152,26 @@ class JobMetrics(DispatchHook):
 
     def before_start(self, run: Run, job: JobContext) -> None:
         """Count a start."""
+        name = run.spec.name
         with self._lock:
-            self._tally(run.spec.name).counts[_STARTED] += 1
+            (self._tallies.get(name) or self._tally(name)).counts[_STARTED] += 1
 
     def after_job(self, run: Run, job: JobContext, error: BaseException | None) -> None:
         """Observe the job's lateness and run time, if its body ran here."""
         started_ms, started_mono = job.started_ms, job.started_mono
         if started_ms is None or started_mono is None:
             return  # cancelled before it started, or handed off
-        late = max(started_ms - job.due_ms, 0.0) / 1000
         took = time.monotonic() - started_mono
-        li = bisect.bisect_left(LATENESS_BOUNDS_S, late)
+        late_ms = started_ms - job.due_ms
+        if late_ms < 0:
+            late_ms = 0.0
+        li = bisect.bisect_left(_LATE_MS, late_ms)
         ri = bisect.bisect_left(RUN_BOUNDS_S, took)
+        name = run.spec.name
         with self._lock:
-            t = self._tally(run.spec.name)
+            t = self._tallies.get(name) or self._tally(name)
             t.late[li] += 1
-            t.late_sum += late
+            t.late_sum_ms += late_ms
             t.run[ri] += 1
             t.run_sum += took
 
@@ -170,19 +183,13 @@ class JobMetrics(DispatchHook):
         settlement: Settlement,
         reason: str,
     ) -> None:
-        """Count the outcome: succeeded, failed and retried, failed and dead."""
-        if settlement is Settlement.ACK:
-            if run is None:
-                return  # a skip-like ack without a run: nothing ran
-            which: tuple[int, ...] = (_SUCCEEDED,)
-        elif settlement is Settlement.RETRY:
-            which = (_FAILED, _RETRIED) if run is not None else (_RETRIED,)
-        elif settlement is Settlement.DEAD:
-            which = (_FAILED, _DEAD) if run is not None else (_DEAD,)
-        else:
-            return  # released, deferred, skipped: not an outcome of the job
+        """Count the outcome: succeeded, failed and retried, failed and dead (released,
+        deferred or skipped messages, and an ack without a run, are no outcome)."""
+        which = _OUTCOMES.get((settlement, run is not None))
+        if which is None:
+            return
         with self._lock:
-            counts = self._tally(job).counts
+            counts = (self._tallies.get(job or OTHER_JOB) or self._tally(job)).counts
             for i in which:
                 counts[i] += 1
 
@@ -207,9 +214,9 @@ class JobMetrics(DispatchHook):
         buckets and sum (copies)."""
         with self._lock:
             return {
-                name: (list(t.counts), list(t.late), t.late_sum, list(t.run), t.run_sum)
+                name: (list(t.counts), list(t.late), t.late_sum_ms / 1000, list(t.run), t.run_sum)
                 for name, t in self._tallies.items()
-                if any(t.counts) or t.run_sum or any(t.late)
+                if any(t.counts) or any(t.run) or any(t.late)
             }
 
     # -- Prometheus ------------------------------------------------------------------------
