@@ -14,7 +14,7 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -150,6 +150,20 @@ def test_a_schedule_paused_in_the_page_does_not_fire_while_the_control_does(
 
     # The page shows the control's last run and its outcome (written every ~5 s)
     browser.wait(lambda d: "ok" in schedule_row(browser, "control-tick"), SLOW_S, "last run ok")
+
+    # And "run now" on a daily schedule (next due in 12 h) runs it at once
+    dashboard.app.schedules.add(
+        "daily-tick",
+        tick,
+        every=timedelta(days=1),
+        anchor=datetime.now(UTC) + timedelta(hours=12),
+        args=("daily",),
+    )
+    browser.go("#/overview")
+    browser.go("#/schedules")
+    browser.click("button[data-action=run-now][data-schedule=daily-tick]")
+    browser.wait_text("#flash", "daily-tick will run now")
+    eventually(lambda: runs.count("daily") == 1, SLOW_S, "the daily schedule's extra run")
     save_shot(browser, tmp_path, "schedules")
 
 
