@@ -37,6 +37,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.keys import COLUMN_FAMILIES
 from broker_adapter.errors import (
     BrokerError,
@@ -119,6 +120,21 @@ def _disable_wal(opt: WriteOptions) -> None:
     setattr(opt, "disable_wal", True)  # noqa: B010
 
 
+def _clear_frames(err: BaseException) -> None:
+    """Drop the locals of the finished frames in ``err``'s tracebacks (its cause's and
+    context's too): a kept error must not keep family objects, and the DB, alive.
+    The traceback still prints (files and lines stay)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [err]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        todo += [e.__cause__, e.__context__]
+
+
 class RocksStore:
     """The broker's RocksDB directory: column families, batches, owner file.
 
@@ -142,8 +158,9 @@ class RocksStore:
         # Why writes are refused (a full disk), or None; and when resume() last tried.
         self._refused: str | None = None
         self._probed = 0.0
-        # Errors raised for a full disk: their tracebacks hold callers' frames, whose
-        # locals may hold family objects, which would keep the old DB open on resume.
+        # Errors raised for a full disk or a failed read: their tracebacks hold frames
+        # whose locals may hold family objects or iterators, which would keep the DB
+        # (and its LOCK) alive after close() or a resume; _release() clears them.
         self._raised: weakref.WeakSet[BaseException] = weakref.WeakSet()
         self._open(read_only=False)
         self.write_opt = WriteOptions()
@@ -288,8 +305,8 @@ class RocksStore:
         self.cf.clear()
         self.handle.clear()
         del db
-        for err in list(self._raised):  # finished frames only: their locals go, lines stay
-            traceback.clear_frames(err.__traceback__)
+        for err in list(self._raised):
+            _clear_frames(err)
         self._raised.clear()
         gc.collect()
 
@@ -304,17 +321,30 @@ class RocksStore:
                 if len(out) >= limit or key >= upper:  # raw mode: bytes
                     break  # (belt and braces: bounds misbehaved in some builds)
                 out.append((key, value))
+            if len(out) < limit:  # ended early: at the bound, the end, or a bad block
+                self._check_stop(cf, K.next_key(out[-1][0]) if out else lower, upper)
         except Exception as e:
             raise self._read_error(e, cf) from e
         return out
 
+    def _check_stop(self, cf: str, at: bytes, upper: bytes) -> None:
+        """Raise RocksDB's error if a scan stopped at ``at`` because of it: rocksdict's
+        ``items()`` ends quietly at a corrupted block (one seek to tell)."""
+        opt = ReadOptions()
+        opt.set_iterate_upper_bound(upper)
+        it = self.cf[cf].iter(opt)
+        it.seek(at)
+        it.status()
+
     def _read_error(self, e: Exception, cf: str) -> BrokerError:
         if isinstance(e, BrokerError):
             return e
-        return BrokerError(
+        err = BrokerError(
             f"RocksDB read of {cf!r} failed in {self.path}: {str(e)[:300]}; if it says "
             "Corruption, stop the broker and run `chronoq broker check --data-dir` on it"
         )
+        self._raised.add(err)
+        return err
 
     def count(self, cf: str, lower: bytes, upper: bytes) -> int:
         """How many keys ``cf`` has in ``[lower, upper)`` (a keys-only scan)."""

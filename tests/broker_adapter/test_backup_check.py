@@ -27,7 +27,7 @@ from broker_adapter.embedded.broker import EmbeddedBroker
 from broker_adapter.embedded.check import check_directory, open_read_only
 from broker_adapter.embedded.repair import repair_directory
 from broker_adapter.embedded.store import RocksStore
-from broker_adapter.errors import AuthenticationFailed, InvalidArgument
+from broker_adapter.errors import AuthenticationFailed, BrokerError, InvalidArgument
 from broker_adapter.message import Message
 from broker_adapter.results import MessageState, SendStatus
 from broker_adapter.server.link import Link
@@ -188,6 +188,13 @@ def test_flipped_bytes_in_a_table_block_are_found_and_repair_salvages_the_rest(
     assert report.exit_code == 1
     assert report.bad_families == ["wheel"]
     assert "checksum" in report.problems
+    # and a broker reading it gets a typed error that names the next step
+    b = EmbeddedBroker(base, clock=ManualClock(START_MS))
+    try:
+        with pytest.raises(BrokerError, match="chronoq broker check"):
+            b.pending("t", limit=N)
+    finally:
+        b.close()
     # Then repair salvages the readable rows, reports the lost ones by id, and the
     # directory is sound again
     repaired = repair_directory(base)
