@@ -231,3 +231,35 @@ def test_a_forward_step_beyond_the_grace_applies_the_misfire_policy_once(
     # coalesce into the latest, and each later occurrence runs once
     late = first + 5 * MINUTE
     assert runs == [first, late, late + 10_000], runs
+
+
+def test_an_interval_job_around_steps_both_ways_runs_each_occurrence_once(
+    app: tuple[Scheduler, ManualClock],
+) -> None:
+    scheduler, clock = app
+    runs: list[int | None] = []
+
+    @scheduler.every(15)  # every 15 s, anchored at the epoch
+    def beat() -> None:
+        runs.append(current_job().fire_ms)
+
+    scheduler.planner.arm_all()
+    first = scheduler.pending()[0].deliver_at_ms
+    with Dispatcher(scheduler) as dispatcher:
+        clock.set(first)
+        dispatcher.run_until_idle()
+        clock.jump(15_000)
+        dispatcher.run_until_idle()
+        # When: the clock steps back 40 s, the planner arms again, time runs on ...
+        clock.jump(-40_000, notify=False)
+        for _ in range(7):  # to 5 s past the third occurrence
+            scheduler.planner.arm_all()
+            dispatcher.run_until_idle(timeout_s=0.5)
+            clock.jump(10_000, notify=False)
+        # ... then a 10 minute step forward, within no grace limit (coalesce latest)
+        clock.jump(10 * MINUTE, notify=False)
+        dispatcher.run_until_idle(timeout_s=1)
+        latest = clock.now_ms() // 15_000 * 15_000
+    # Then: each occurrence ran once, the ones the backward step repeated did not run
+    # again, and the ten missed minutes ran once, as their latest occurrence
+    assert runs == [first, first + 15_000, first + 30_000, latest], runs
