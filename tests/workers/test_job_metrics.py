@@ -185,14 +185,17 @@ def test_off_loopback_the_endpoint_needs_the_token_and_nothing_binds_without_one
 
 
 def test_chronoq_run_refuses_a_public_metrics_host_without_a_token(tmp_path: Path) -> None:
+    # Given: the metrics port and a non-loopback host from the environment, no token
     (tmp_path / "metrics_app.py").write_text(APP)
     env = dict(
         os.environ,
         CHRONOQ_BROKER_URL=f"rocksdb://{tmp_path / 'data'}",
+        CHRONOQ_METRICS_PORT="0",
+        CHRONOQ_METRICS_HOST="0.0.0.0",
         PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")]),
     )
     env.pop("CHRONOQ_TOKEN", None)
-    argv = [CHRONOQ, "run", "metrics_app:app", "--metrics-port", "0", "--metrics-host", "0.0.0.0"]
+    argv = [CHRONOQ, "run", "metrics_app:app"]
     out = subprocess.run(
         argv, check=False, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
