@@ -168,7 +168,22 @@ def test_search_a_key_open_it_and_abort_it(
     browser.wait_text("#detail-state", "ABORTED")
     view = dashboard.broker.query(receipt.msg_id)
     assert view is not None and view.state is MessageState.ABORTED
+
+    # And a search by its id still finds it, aborted
+    browser.go(f"#/search?mode=id&id={receipt.msg_id}")
+    assert "ABORTED" in browser.wait_text("#results", receipt.msg_id)
     assert_clean(browser, dashboard.base_url)
+
+
+def test_an_unknown_message_says_so_in_the_page(browser: Browser, dashboard: DashboardProc) -> None:
+    # When a link names a message the broker does not know
+    sign_in(browser, dashboard.base_url, dashboard.token)
+    browser.go("#/message/0000000000000000000000000000dead")
+
+    # Then the page shows the API's error (its class and message), not a blank page
+    text = browser.wait_text(".error-box", "NotFound")
+    assert "0000000000000000000000000000dead" in text
+    browser.console_errors()  # the 404 answer is logged by the browser: expected
 
 
 def test_reschedule_in_the_page_moves_the_due_time(
