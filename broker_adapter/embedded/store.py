@@ -40,6 +40,7 @@ from rocksdict import (
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.keys import COLUMN_FAMILIES
 from broker_adapter.errors import (
+    BrokerClosed,
     BrokerError,
     BrokerLocked,
     ChronoqError,
@@ -68,6 +69,8 @@ _BIG_FAMILIES = ("wheel", "ready")
 
 #: Least time between two attempts to resume writing after a full disk.
 RESUME_PROBE_S = 1.0
+# Longest a reader waits for such a reopen.
+_REOPEN_WAIT_S = 10.0
 # Reopening replays the WAL into a new table file: ask for that much room plus slack.
 _RESUME_SLACK_BYTES = 4 * 1024 * 1024
 _NO_SPACE = ("No space left on device", "Writer has previous error")
@@ -79,11 +82,25 @@ def is_no_space(text: str) -> bool:
 
 
 class _Families(dict[str, Any]):
-    """Family objects by name; empty only while the DB is being reopened."""
+    """Family objects by name; empty only while the DB is being reopened after a full
+    disk (behind the core's lock, which readers do not take): a reader then waits for
+    the reopen (tens to hundreds of ms) instead of failing."""
 
     path = ""
+    #: Why the dict is empty: ``closed``, ``reopening``, or why a reopen failed.
+    why = "closed"
 
     def __missing__(self, name: str) -> Any:
+        if self.why == "closed":
+            raise BrokerClosed(f"the store of {self.path!r} is closed; open a new broker")
+        if self.why != "reopening":
+            raise StorageFull(self.path, self.why)
+        deadline = time.monotonic() + _REOPEN_WAIT_S
+        while time.monotonic() < deadline:
+            time.sleep(0.002)
+            found = dict.get(self, name)
+            if found is not None:
+                return found
         raise StorageFull(self.path, "the store is reopening after a full disk; retry")
 
 
@@ -152,8 +169,8 @@ class RocksStore:
         self.durability = durability
         self.path.mkdir(parents=True, exist_ok=True)
         self._cache = Cache(BLOCK_CACHE_BYTES)
-        self.cf: dict[str, Any] = _Families()
-        self.handle: dict[str, Any] = _Families()
+        self.cf = _Families()
+        self.handle = _Families()
         self.cf.path = self.handle.path = str(self.path)
         # Why writes are refused (a full disk), or None; and when resume() last tried.
         self._refused: str | None = None
@@ -277,6 +294,14 @@ class RocksStore:
         objects they keep: a live one keeps the old DB, and its lock, open. If the
         reopen fails, the DB is opened read-only so reads go on, and a later call
         tries again."""
+        self.cf.why = self.handle.why = "reopening"
+        try:
+            return self._reopen()
+        finally:
+            if not self.cf:  # not even a read-only open: say so, at once
+                self.cf.why = self.handle.why = f"cannot reopen {self.path}: see the log"
+
+    def _reopen(self) -> bool:
         self._release()
         try:
             self._open(read_only=False)
@@ -387,3 +412,4 @@ class RocksStore:
         except Exception as e:  # noqa: BLE001  # a full disk: the WAL has every write
             log.warning("flush on close failed for %s: %s", self.path, str(e))
         self._release()
+        self.cf.why = self.handle.why = "closed"

@@ -16,12 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from broker_adapter.base import BrokerAdapter
 from broker_adapter.clock import ManualClock
 from broker_adapter.embedded.broker import EmbeddedBroker
 from broker_adapter.errors import BrokerError, StorageFull
 from broker_adapter.message import Message
 from broker_adapter.results import MessageState, SendStatus
+from scheduler.scheduler import Scheduler
+from scheduler.spec import RetryPolicy
 from tests.helpers import eventually, pull_one
+from workers import Dispatcher
 
 HOUR_MS = 3_600_000
 BODY = b"x" * 1000
@@ -54,7 +58,7 @@ def grow(mnt: Path, size: str = "200m") -> None:
     assert done.returncode == 0, done.stderr
 
 
-def fill(broker: EmbeddedBroker, topic: str = "t") -> tuple[list[str], StorageFull]:
+def fill(broker: BrokerAdapter, topic: str = "t") -> tuple[list[str], StorageFull]:
     """Send keyed 1 KB messages due in an hour until the disk is full; the accepted
     ids and the error."""
     accepted: list[str] = []
@@ -183,3 +187,38 @@ def test_a_nack_refused_by_a_full_disk_keeps_the_message_in_flight(small_disk: P
         assert again.msg_id == m.msg_id and again.attempts == m.attempts + 1
     finally:
         broker.close()
+
+
+def test_a_dispatcher_survives_a_retry_refused_by_a_full_disk_and_runs_the_job_again(
+    small_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a job whose first attempt fails while the disk fills up
+    clock = ManualClock(1_000_000)
+    app = Scheduler(f"rocksdb://{small_disk / 'db'}", clock=clock, max_workers=2, prefetch=4)
+    attempts: list[int] = []
+
+    @app.job(retry=RetryPolicy(delays_ms=(1_000,)))
+    def flaky() -> None:
+        attempts.append(len(attempts) + 1)
+        if len(attempts) == 1:
+            fill(app.broker)
+            raise RuntimeError("first attempt fails")
+
+    try:
+        flaky.schedule()
+        with Dispatcher(app) as dispatcher:
+            # When its retry (a nack) is refused, the dispatcher logs it and lives on
+            assert dispatcher.run_until_idle() == 1
+            assert "retry failed" in caplog.text and "no space left" in caplog.text
+            # Then, once there is room, the message comes back after its invisible
+            # time and the job runs again
+            grow(small_disk)
+            clock.advance(61_000)
+
+            def ran_again() -> bool:
+                dispatcher.run_until_idle(timeout_s=1)
+                return len(attempts) == 2
+
+            eventually(ran_again, timeout=20, what="the second attempt")
+    finally:
+        app.close()
