@@ -16,6 +16,7 @@ The life of one message, and the calls a hook gets (every method is optional)::
     after_job(run, job, error)            each job returned (error: None on success)
     after_run(run)                        the run will start no more jobs
     before_settle(message, job, run, settlement, reason)   every message, once
+    after_settle(message, outcome)        the broker call that settled it returned
 
 A cron message may run several occurrences one after the other: one ``before_start``
 and ``after_job`` per occurrence. A message settled without a run (undecodable,
@@ -116,6 +117,10 @@ class DispatchHook:
         :param run: its run, or ``None`` when it never got one.
         """
 
+    def after_settle(self, message: ReceivedMessage, outcome: str) -> None:
+        """The broker call that settled ``message`` returned; ``outcome``: what
+        happened, in the words of the job's log line (``"ok"`` for an ack)."""
+
     def tick(self) -> int | None:
         """Periodic work in the pull thread; ms until it wants to be called again
         (bounds the next pull's wait), or ``None`` for no wish."""
@@ -156,6 +161,9 @@ class HookCalls:
         self.before_settle: tuple[
             Callable[[ReceivedMessage, str | None, Run | None, Settlement, str], None], ...
         ] = _overriding(hs, "before_settle")
+        self.after_settle: tuple[Callable[[ReceivedMessage, str], None], ...] = _overriding(
+            hs, "after_settle"
+        )
         self.tick: tuple[Callable[[], int | None], ...] = _overriding(hs, "tick")
         self.on_close: tuple[Callable[[], None], ...] = _overriding(hs, "on_close")
 

@@ -319,13 +319,18 @@ class PullLoop:
         m = run.message
         for before_settle in self.calls.before_settle:
             before_settle(m, run.spec.name, run, d.settlement, d.reason)
-        return self._settler.settle(m, d.settlement, d.reason, d.delay_ms)
+        outcome = self._settler.settle(m, d.settlement, d.reason, d.delay_ms)
+        for after_settle in self.calls.after_settle:
+            after_settle(m, outcome)
+        return outcome
 
     def _settle_alone(self, m: ReceivedMessage, job: str | None, d: Decision) -> None:
         """Settle a message that has no job log line (it never got a run, or never ran)."""
         for before_settle in self.calls.before_settle:
             before_settle(m, job, None, d.settlement, d.reason)
-        self._settler.settle(m, d.settlement, d.reason, d.delay_ms, warn=True)
+        outcome = self._settler.settle(m, d.settlement, d.reason, d.delay_ms, warn=True)
+        for after_settle in self.calls.after_settle:
+            after_settle(m, outcome)
         self._flow.count()
 
     # -- the end ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import threading
 import time
 
 from broker_adapter.embedded.core import BrokerCore
+from broker_adapter.embedded.fire_log import fire_log
 from broker_adapter.embedded.group_registry import GroupRegistry
 from broker_adapter.embedded.retention import Retention
 
@@ -49,6 +50,7 @@ class WheelThread:
         self._retention = retention
         self._fire_chunk = fire_chunk
         self._stopping = False
+        self._fire_log = fire_log()  # None unless a benchmark turned it on
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -66,6 +68,8 @@ class WheelThread:
         counts = self._core.fire_due(self._fire_chunk)
         if not counts:
             return 0
+        if self._fire_log is not None:
+            self._fire_log.fired(self._core.fired_upto)
         self._groups.add_ready(counts)
         return sum(counts.values())
 

@@ -1,0 +1,274 @@
+"""Where a job's start lateness goes, stage by stage, on the embedded broker (issue 16).
+
+Run from the project root (``/work/main``)::
+
+    .venv/bin/python bench/job_start_breakdown.py                     # N=20,000 over 3-13 s
+    .venv/bin/python bench/job_start_breakdown.py --n 100000 --due-to 35 --metrics
+    .venv/bin/python bench/job_start_breakdown.py --profile 25        # + cProfile top 25
+
+One process, as ``bench/vs_apscheduler.py``'s ``chronoq-embedded`` child: a
+``Scheduler`` on a fresh ``rocksdb://`` directory and a ``Dispatcher`` (default
+settings: 8 pool threads, prefetch 32) on a thread; ``N`` jobs scheduled with
+``job.schedule(jid, at=...)`` at whole-ms due times uniform in
+``[--due-from, --due-to]`` s after the start. Every timestamp is ``time.time()``:
+
+* ``fire``: the wheel thread's write of the message's chunk returned
+  (:mod:`broker_adapter.embedded.fire_log`, turned on by ``CHRONOQ_FIRE_LOG=1``,
+  which this script sets before it imports chronoq);
+* ``pulled``: the dispatcher's pull returned it (a hook's ``on_pulled``);
+* ``submitted``: handed to the executor (the hook's ``before_start``);
+* ``started``: the job body's first line;
+* ``acked``: the ack returned (the hook's ``after_settle``).
+
+It prints, per stage, P50 / P99 / P99.9 / max in ms, and the lateness
+(``started - due``); then CPU: the process's user + system CPU from the end of
+scheduling to the last ack, per job, and per thread (psutil's per-thread times,
+named by ``threading``); the GC's collections meanwhile; with ``--profile N``, the
+top ``N`` functions by own time of the dispatcher thread and of the pool threads
+(cProfile, which slows them: read its shares, not its times). ``--metrics`` adds
+the ``JobMetrics`` hook ``chronoq run`` installs. psutil comes with the ``bench``
+extra (``pip install 'chronoq[bench]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import os
+import pstats
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+os.environ["CHRONOQ_FIRE_LOG"] = "1"  # before chronoq is imported: read once there
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.stats import ms, percentiles
+from broker_adapter.embedded.fire_log import fire_log
+from broker_adapter.results import ReceivedMessage
+from workers.context import JobContext
+from workers.hooks import DispatchHook
+from workers.runs import Run
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+STAGES = ("fire", "pulled", "submitted", "started", "acked")
+PCTS = ("p50", "p99", "p99.9", "max")
+
+
+class StageStamps(DispatchHook):
+    """Notes when each message was pulled, submitted and acked (by message id)."""
+
+    def __init__(self) -> None:
+        self.pulled: dict[str, float] = {}
+        self.submitted: dict[str, float] = {}
+        self.acked: dict[str, float] = {}
+
+    def on_pulled(self, messages: list[ReceivedMessage]) -> None:
+        t = time.time()
+        pulled = self.pulled
+        for m in messages:
+            pulled[m.msg_id] = t
+
+    def before_start(self, run: Run, job: JobContext) -> None:
+        self.submitted[run.message.msg_id] = time.time()
+
+    def after_settle(self, message: ReceivedMessage, outcome: str) -> None:
+        self.acked[message.msg_id] = time.time()
+
+
+class Body:
+    """The job: notes its start (epoch s) by job number; profiles its thread on demand."""
+
+    def __init__(self, n: int, profile: bool) -> None:
+        self.started: list[float] = [0.0] * n
+        self.count = 0
+        self._profile = profile
+        self._local = threading.local()
+        self.profiles: list[cProfile.Profile] = []
+
+    def __call__(self, jid: int) -> None:
+        self.started[jid] = time.time()
+        self.count += 1  # approximate under threads; only a progress hint
+        if self._profile and not hasattr(self._local, "p"):
+            p = self._local.p = cProfile.Profile()
+            self.profiles.append(p)
+            p.enable()  # from here on, this pool thread's work is profiled
+
+
+def thread_cpu() -> dict[str, float]:
+    """User + system CPU seconds per live thread of this process, by thread name."""
+    import psutil  # type: ignore[import-untyped]
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for t in psutil.Process().threads():
+        name = names.get(t.id, f"tid-{t.id}")
+        if name.startswith("chronoq-job"):
+            name = "chronoq-job (pool, all)"
+        out[name] = out.get(name, 0.0) + t.user_time + t.system_time
+    return out
+
+
+def stage_rows(
+    dues: list[int], ids: list[str], body: Body, stamps: StageStamps
+) -> dict[str, list[float]]:
+    """Per stage, its duration per job (ms), from the timestamps."""
+    log = fire_log()
+    assert log is not None
+    rows: dict[str, list[float]] = {s: [] for s in (*STAGES, "lateness")}
+    for jid, (due, mid) in enumerate(zip(dues, ids, strict=True)):
+        fired = log.fire_time(mid)
+        t = {
+            "fire": fired,
+            "pulled": stamps.pulled.get(mid),
+            "submitted": stamps.submitted.get(mid),
+            "started": body.started[jid] or None,
+            "acked": stamps.acked.get(mid),
+        }
+        prev = due / 1000
+        for stage in STAGES:
+            now = t[stage]
+            if now is None:
+                break
+            rows[stage].append((now - prev) * 1000)
+            prev = now
+        if t["started"] is not None:
+            rows["lateness"].append(t["started"] * 1000 - due)
+    return rows
+
+
+def print_profile(title: str, profiles: Sequence[cProfile.Profile], top: int) -> None:
+    if not profiles:
+        return
+    out = io.StringIO()
+    stats = pstats.Stats(profiles[0], stream=out)
+    for p in profiles[1:]:
+        stats.add(p)
+    stats.sort_stats("tottime").print_stats(top)
+    print(f"-- cProfile, {title}, top {top} by own time --")
+    lines = out.getvalue().splitlines()
+    start = next((i for i, line in enumerate(lines) if "ncalls" in line), 0)
+    print("\n".join(lines[start:]).rstrip())
+
+
+def run(args: argparse.Namespace) -> int:
+    import psutil
+
+    from scheduler import Scheduler
+    from workers import Dispatcher
+    from workers.job_metrics import JobMetrics
+
+    tmp = tempfile.mkdtemp(prefix="chronoq-breakdown-")
+    body = Body(args.n, args.profile > 0)
+    stamps = StageStamps()
+    try:
+        app = Scheduler(f"rocksdb://{os.path.join(tmp, 'db')}", topic="bench.breakdown")
+        job = app.job(name="bench.breakdown.job")(body)
+        hooks: list[DispatchHook] = [stamps]
+        if args.metrics:
+            hooks.insert(0, JobMetrics(app, stats=True))
+        dispatcher = Dispatcher(app, hooks=hooks)
+        dispatcher.open()
+        disp_prof = cProfile.Profile() if args.profile else None
+
+        def loop() -> None:
+            if disp_prof is not None:
+                disp_prof.runcall(dispatcher.run_forever)
+            else:
+                dispatcher.run_forever()
+
+        thread = threading.Thread(target=loop, name="bench-dispatcher")
+        thread.start()
+        try:
+            start_ms = int(time.time() * 1000)
+            rng = random.Random(args.seed)
+            lo, hi = start_ms + args.due_from * 1000, start_ms + args.due_to * 1000
+            dues = [int(rng.uniform(lo, hi)) for _ in range(args.n)]
+            t0 = time.perf_counter()
+            schedule = job.schedule
+            ids = [
+                schedule(jid, at=EPOCH + timedelta(milliseconds=due)).msg_id
+                for jid, due in enumerate(dues)
+            ]
+            sched_s = time.perf_counter() - t0
+            proc = psutil.Process()
+            c0 = proc.cpu_times()
+            th0 = thread_cpu()
+            gc0 = [s["collections"] for s in gc.get_stats()]
+            deadline = start_ms / 1000 + args.due_to + 30
+            while len(stamps.acked) < args.n and time.time() < deadline:
+                time.sleep(0.01)
+            c1 = proc.cpu_times()
+            th1 = thread_cpu()
+            gc1 = [s["collections"] for s in gc.get_stats()]
+        finally:
+            dispatcher.stop()
+            thread.join()
+            app.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    rows = stage_rows(dues, ids, body, stamps)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(
+        f"== job_start_breakdown: N={args.n:,} due {args.due_from:g}-{args.due_to:g} s, "
+        f"scheduled at {args.n / sched_s:,.0f}/s, metrics hook {'on' if args.metrics else 'off'}, "
+        f"load {load} =="
+    )
+    print(f"{'stage (ms since previous)':<28}" + "".join(f"{p:>8}" for p in PCTS) + "   n")
+    for stage, label in (
+        ("fire", "fire (wheel) - due"),
+        ("pulled", "pulled - fire"),
+        ("submitted", "submitted - pulled"),
+        ("started", "body start - submitted"),
+        ("acked", "ack done - body start"),
+        ("lateness", "= job start - due"),
+    ):
+        pct = percentiles(rows[stage], (50.0, 99.0, 99.9))
+        print(f"{label:<28}" + "".join(f"{ms(pct[p]):>8}" for p in PCTS) + f"   {len(rows[stage])}")
+    lost = args.n - len(rows["lateness"])
+    print(f"lost {lost}, early {sum(1 for x in rows['lateness'] if x < 0)}")
+    cpu = (c1.user + c1.system) - (c0.user + c0.system)
+    print(f"CPU per job (process, scheduling excluded): {cpu * 1e6 / args.n:.1f} us")
+    for name in sorted(th1, key=lambda k: -(th1[k] - th0.get(k, 0.0))):
+        d = th1[name] - th0.get(name, 0.0)
+        if d > 0.0005:
+            print(f"  {name:<32} {d * 1e6 / args.n:8.1f} us/job")
+    print(
+        f"GC collections meanwhile (gen0, gen1, gen2): {[b - a for a, b in zip(gc0, gc1, strict=True)]}"
+    )
+    if args.profile:
+        if disp_prof is not None:
+            print_profile("dispatcher thread", [disp_prof], args.profile)
+        for p in body.profiles:
+            p.disable()  # in this thread: a no-op for theirs, which are idle by now
+        print_profile("pool threads", body.profiles, args.profile)
+    return 1 if lost else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    assert __doc__ is not None
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n", 1)[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--n", type=int, default=20_000, help="jobs (default 20,000)")
+    p.add_argument("--due-from", type=float, default=3.0, help="s after start (default 3)")
+    p.add_argument("--due-to", type=float, default=13.0, help="s after start (default 13)")
+    p.add_argument("--seed", type=int, default=16)
+    p.add_argument("--metrics", action="store_true", help="add the JobMetrics hook")
+    p.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile top N")
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
