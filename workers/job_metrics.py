@@ -124,7 +124,12 @@ class JobMetrics(DispatchHook):
         self._flow: FlowCounts | None = None
         self._endpoint: MetricsEndpoint | None = None
         self.stats: JobStatsLog | None = (
-            JobStatsLog(lambda: app.broker, self.totals, lambda: int(time.time() * 1000))
+            JobStatsLog(
+                lambda: app.broker,
+                self.totals,
+                lambda: int(time.time() * 1000),
+                broker_now_ms=app.clock.now_ms,
+            )
             if stats
             else None
         )

@@ -143,8 +143,10 @@ class JobStatsLog:
 
     :param broker: returns the broker to write to.
     :param totals: returns the dispatcher's totals now (thread-safe).
-    :param now_ms: the wall clock, epoch ms.
+    :param now_ms: the wall clock, epoch ms (the samples' times).
     :param interval_ms: the sample length.
+    :param broker_now_ms: the broker's clock, which the record's due time is counted
+        on (``now_ms`` by default; an app on a manual clock gives its own).
     """
 
     def __init__(
@@ -153,10 +155,12 @@ class JobStatsLog:
         totals: Callable[[], Totals],
         now_ms: Callable[[], int],
         interval_ms: int = INTERVAL_MS,
+        broker_now_ms: Callable[[], int] | None = None,
     ) -> None:
         self._broker = broker
         self._totals = totals
         self._now_ms = now_ms
+        self._broker_now_ms = broker_now_ms or now_ms
         self._iv = interval_ms
         self._owner = owner_id()
         self._last = totals()
@@ -235,9 +239,8 @@ class JobStatsLog:
             self._dirty = False
         body = self.body()
         try:
-            put_record(
-                self._broker(), STATS_TOPIC, self.key, body, self._now_ms() + STATS_HORIZON_MS
-            )
+            due = self._broker_now_ms() + STATS_HORIZON_MS
+            put_record(self._broker(), STATS_TOPIC, self.key, body, due)
         except ChronoqError as e:  # closing or gone: the next write may do
             with self._lock:
                 self._dirty = True

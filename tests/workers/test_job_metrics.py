@@ -20,9 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from broker_adapter.clock import ManualClock
 from broker_adapter.errors import InvalidArgument
 from broker_adapter.metrics_http import serve_metrics
+from scheduler.scheduler import Scheduler
 from tests.helpers import eventually, python_without, stop_process
+from workers.dispatcher import Dispatcher
+from workers.job_metrics import JobMetrics
+from workers.job_stats import STATS_HORIZON_MS, STATS_TOPIC, read_job_stats
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -229,3 +234,36 @@ def test_metrics_without_the_extra_are_a_missing_extra_naming_the_pip_line() -> 
     assert extra == "metrics" and "pip install 'chronoq[metrics]'" in text
     assert "job metrics endpoint" in text
     assert seen["imported"] is False
+
+
+def test_in_process_counts_and_the_stats_record_on_the_apps_clock(
+    app: Scheduler, manual_clock: ManualClock
+) -> None:
+    # Given: an app on a manual clock (years before the wall clock) and its dispatcher
+    @app.job(name="p.ok")
+    def ok() -> None: ...
+
+    @app.job(name="p.bad", max_attempts=1)
+    def bad() -> None:
+        raise RuntimeError("no")
+
+    metrics = JobMetrics(app)
+    dispatcher = Dispatcher(app, hooks=[metrics])
+    metrics.watch(dispatcher)
+    ok.schedule()
+    ok.schedule()
+    bad.schedule()
+    # When: they ran, and the dispatcher left (its stats are written on leaving)
+    dispatcher.run_until_idle(timeout_s=10)
+    dispatcher.close()
+    # Then: the counts, per job
+    snap = metrics.snapshot()
+    assert snap["p.ok"][0] == [2, 2, 0, 0, 0]
+    assert snap["p.bad"][0] == [1, 0, 1, 0, 1]
+    assert sum(snap["p.ok"][1]) == 2 and sum(snap["p.bad"][3]) == 1
+    assert metrics.gauges() == (0, 0)
+    # And: one stats record, due an hour ahead on the broker's (the app's) clock
+    (record,) = app.broker.find_pending(STATS_TOPIC).messages
+    assert record.deliver_at_ms == manual_clock.now_ms() + STATS_HORIZON_MS
+    (sample,) = read_job_stats(app.broker, since_ms=0)
+    assert (sample.started, sample.succeeded, sample.failed, sample.dead) == (3, 2, 1, 1)
