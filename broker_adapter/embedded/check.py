@@ -115,6 +115,8 @@ class CheckReport:
 
 def holder_of(path: Path) -> str | None:
     """Who holds the directory's RocksDB lock (a live process), or ``None``."""
+    if S.RocksStore.is_open_here(path):  # a lock probe here would release it
+        return f"this process (pid {os.getpid()})"
     lock = path / "LOCK"
     if not lock.exists():
         return None

@@ -24,7 +24,7 @@ import time
 import traceback
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rocksdict import (
     AccessType,
@@ -160,6 +160,15 @@ class RocksStore:
     :raises BrokerLocked: when another process (or another broker in this one) owns it.
     """
 
+    # Directories a read-write store of this process has open (see is_open_here).
+    _open_here: ClassVar[set[Path]] = set()
+
+    @classmethod
+    def is_open_here(cls, path: str | os.PathLike[str]) -> bool:
+        """Whether a store of this process holds ``path`` (RocksDB's lock is per process,
+        so another process's probe of it cannot tell, and a probe here would drop it)."""
+        return Path(path).resolve() in cls._open_here
+
     def __init__(self, path: str | os.PathLike[str], durability: str = "wal") -> None:
         if durability not in DURABILITY_MODES:
             raise InvalidArgument(
@@ -206,6 +215,7 @@ class RocksStore:
                 raise BrokerLocked(str(self.path), self._holder()) from e
             raise BrokerError(f"cannot open RocksDB at {self.path}: {text}") from e
         if not read_only:
+            RocksStore._open_here.add(self.path)
             try:
                 self._write_owner()
             except OSError as e:
@@ -322,6 +332,7 @@ class RocksStore:
         """Close the DB whatever state it is in, and drop every family object so its
         LOCK goes (a DB that refuses writes raises on close)."""
         db = self.__dict__.pop("db", None)
+        RocksStore._open_here.discard(self.path)
         if db is not None:
             try:
                 db.close()

@@ -27,7 +27,12 @@ from broker_adapter.embedded.broker import EmbeddedBroker
 from broker_adapter.embedded.check import check_directory, open_read_only
 from broker_adapter.embedded.repair import repair_directory
 from broker_adapter.embedded.store import RocksStore
-from broker_adapter.errors import AuthenticationFailed, BrokerError, InvalidArgument
+from broker_adapter.errors import (
+    AuthenticationFailed,
+    BrokerError,
+    BrokerLocked,
+    InvalidArgument,
+)
 from broker_adapter.message import Message
 from broker_adapter.results import MessageState, SendStatus
 from broker_adapter.server.link import Link
@@ -101,7 +106,11 @@ def test_check_of_a_sound_directory_counts_keys_and_exits_0(base: Path) -> None:
 def test_check_refuses_a_directory_a_live_process_holds(base: Path) -> None:
     b = EmbeddedBroker(base, clock=ManualClock(START_MS))
     try:
-        done = chronoq("broker", "check", "--data-dir", str(base))
+        with pytest.raises(BrokerLocked, match="this process"):  # in this process too,
+            check_directory(base)
+        with pytest.raises(BrokerLocked):
+            repair_directory(base)
+        done = chronoq("broker", "check", "--data-dir", str(base))  # and its lock stays
     finally:
         b.close()
     assert done.returncode == 2
