@@ -5,8 +5,9 @@ web apps, workers and Spark drivers reach it with ``chronoq://host:port``
 (:class:`~broker_adapter.server.client.RemoteBroker`). Protocol:
 :mod:`broker_adapter.server.protocol`.
 
-Threads: one accept thread, one reader thread per connection (quick requests
-run there), a pool for parked long polls, and a housekeeping thread that closes
+Threads: one accept thread (:mod:`~broker_adapter.server.acceptor`: a connection
+waits there without a thread until it speaks), one reader thread per connection
+(quick requests run there), a pool for parked long polls, and a housekeeping thread that closes
 the consumers of vanished clients once their in-flight messages went back (after
 their invisible time). Security: it binds 127.0.0.1 by default and refuses a
 non-loopback address without a token; the token is compared in constant time.
@@ -41,6 +42,7 @@ from broker_adapter.embedded.broker import EmbeddedBroker
 from broker_adapter.embedded.consumer import EmbeddedConsumer
 from broker_adapter.errors import InvalidArgument
 from broker_adapter.server import protocol as P
+from broker_adapter.server.acceptor import Acceptor
 from broker_adapter.server.admission import (
     DEFAULT_HELLO_TIMEOUT_S,
     DEFAULT_MAX_PER_PEER,
@@ -181,7 +183,6 @@ class BrokerServer:
             self.broker.close()  # the directory is not left locked by a server that never ran
             raise
         self._sock_inode = None if self.unix_path is None else inode(self.unix_path)
-        self._sock.settimeout(0.2)
         self.host = host
         self.port: int = 0 if self.unix_path is not None else self._sock.getsockname()[1]
         self.address = str(self.unix_path) if self.unix_path is not None else f"{host}:{self.port}"
@@ -228,53 +229,18 @@ class BrokerServer:
         log.info("serving %s on %s (node %s)", self.data_dir, self.address, self.node)
 
     def _accept_loop(self) -> None:
-        next_sweep = 0.0
-        while not self._stopping.is_set():
-            now = time.monotonic()
-            if now >= next_sweep:  # hello deadlines, checked a few times a second
-                next_sweep = now + 0.1
-                self._close_silent()
-            try:
-                sock, addr = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                if self._stopping.is_set():
-                    return
-                log.exception("accept failed")
-                time.sleep(0.1)
-                continue
-            sock.settimeout(None)
-            if self.unix_path is None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                peer = f"{addr[0]}:{addr[1]}"
-                address = str(addr[0])
-            else:
-                peer = address = f"unix:{sock.fileno()}"
-            conn = Connection(self, sock, peer, address)
-            verdict = self.admission.admit(conn, address)
-            for old in verdict.evict:
-                self.refusals.note("silent ones closed for newer", old.address)
-                old.close()
-            if verdict.refusal is not None:
-                self._refuse(sock, address, verdict.refusal, verdict.label)
-                continue
-            with self._lock:
-                self._conns.add(conn)
-            conn.thread.start()
+        Acceptor(self, self._sock).run()
 
-    def _refuse(self, sock: socket.socket, address: str, why: str, label: str) -> None:
-        self.metrics.refused()
-        self.refusals.note(f"refused: {label}", address)
-        with contextlib.suppress(OSError):
-            sock.sendall(P.error_response(0, InvalidArgument(f"{why}; try again later")))
-        sock.close()
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`shutdown` was called."""
+        return self._stopping.is_set()
 
-    def _close_silent(self) -> None:
-        """Close the connections that did not say hello within ``hello_timeout_s``."""
-        for conn in self.admission.expired():
-            self.refusals.note("closed: no hello in time", conn.address)
-            conn.close()
+    def serve(self, conn: Connection) -> None:
+        """Start serving an admitted connection that spoke (its reader thread)."""
+        with self._lock:
+            self._conns.add(conn)
+        conn.thread.start()
 
     def authenticate(self, conn: Connection) -> str | None:
         """``conn`` said a valid hello: count it as a working connection. Returns why it
