@@ -23,7 +23,6 @@ it can.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import struct
 import time
@@ -358,11 +357,6 @@ def check_directory(path: str | os.PathLike[str]) -> CheckReport:
     return report
 
 
-def print_json(report: CheckReport) -> str:
-    """The report as one JSON document."""
-    return json.dumps(report.to_json(), indent=2)
-
-
 __all__ = [
     "CheckReport",
     "Checker",
@@ -370,7 +364,6 @@ __all__ = [
     "check_directory",
     "holder_of",
     "open_read_only",
-    "print_json",
     "record_problem",
     "refuse_if_held",
     "scan",
