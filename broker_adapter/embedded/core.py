@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from broker_adapter.clock import Clock
+from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.store import RocksStore
 from broker_adapter.embedded.timing_wheel import Entry, TimingWheel
@@ -111,6 +112,9 @@ class BrokerCore:
             store.close()
             raise
         self._wake = threading.Condition(threading.Lock())
+        # The system clock's ms reading floors: the wheel thread reads time.time() to
+        # wake at a due millisecond's start, not up to 1 ms after it (issue 16).
+        self._wall = isinstance(clock, SystemClock)
         self._kicked = False
         self._planned_wake = 0
         clock.subscribe(self.kick)
@@ -409,6 +413,8 @@ class BrokerCore:
         with self._wake:
             if not self._kicked:
                 delay = (wake_ms - self.now()) / 1000
+                if self._wall:  # never longer than the line above (a clock stepped back)
+                    delay = min(delay, wake_ms / 1000 - time.time())
                 if delay > 0:
                     self._wake.wait(min(delay, max_wait_s))
             self._kicked = False
