@@ -295,6 +295,9 @@ def test_cli_backup_of_a_free_directory_and_of_one_a_shared_owner_holds(
     done = chronoq("broker", "backup", "--data-dir", str(base), str(tmp_path / "offline"))
     assert done.returncode == 0, done.stderr
     assert check_directory(tmp_path / "offline").families["wheel"] == N
+    done = chronoq("broker", "backup", "--url", f"rocksdb://{base}", str(tmp_path / "by-url"))
+    assert done.returncode == 0, done.stderr
+    assert check_directory(tmp_path / "by-url").families["wheel"] == N
     # The owner (this process) of a shared directory is asked through DIR/chronoq.sock
     shared = tmp_path / "shared"
     owner = open_broker(f"rocksdb://{shared}")
