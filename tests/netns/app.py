@@ -1,0 +1,72 @@
+"""The app every namespaced host runs with ``chronoq run tests.netns.app:app``.
+
+Each run appends one JSON line to its process's ledger,
+``$NETNS_RUNS/<host>-<pid>.jsonl``: the job (``j``), key (``k``), message id
+(``m``), attempt (``a``), host (``h``), pid (``p``), start time in epoch ms
+(``t``), and the due time (``d``, the keyed job's) or occurrence (``f``, the
+interval job's). Lines are short and written with one ``O_APPEND`` ``write``,
+so the job threads of one process never interleave them, and a ``kill -9``
+loses no line a run finished writing. The broker URL is the environment's
+``CHRONOQ_BROKER_URL``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+from scheduler.scheduler import Scheduler
+from workers import current_job
+
+#: Environment: the ledger directory, and this host's name.
+RUNS_ENV = "NETNS_RUNS"
+HOST_ENV = "NETNS_HOST"
+#: The keyed job, and the interval job (every :data:`TICK_S` seconds).
+WORK = "netns.work"
+TICK = "netns.tick"
+TICK_S = 2
+
+app = Scheduler()
+
+_lock = threading.Lock()
+_fd: int | None = None
+
+
+def _ledger() -> int:
+    global _fd
+    with _lock:
+        if _fd is None:
+            path = os.path.join(os.environ[RUNS_ENV], f"{os.environ[HOST_ENV]}-{os.getpid()}.jsonl")
+            _fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        return _fd
+
+
+def _record(job: str, **fields: Any) -> None:
+    run = current_job()
+    line = {
+        "j": job,
+        "m": run.message.msg_id,
+        "a": run.message.attempts,
+        "h": os.environ[HOST_ENV],
+        "p": os.getpid(),
+        "t": int(time.time() * 1000),
+        **fields,
+    }
+    os.write(_ledger(), (json.dumps(line, separators=(",", ":")) + "\n").encode())
+
+
+@app.job(name=WORK)
+def work(key: str, due_ms: int) -> None:
+    """One keyed job: records its run."""
+    _record(WORK, k=key, d=due_ms)
+
+
+# No misfire limit and every missed occurrence run: an outage must not skip one.
+@app.every(timedelta(seconds=TICK_S), name=TICK, misfire_grace_time=None, coalesce="all")
+def tick() -> None:
+    """The interval job: records its occurrence."""
+    _record(TICK, f=current_job().fire_ms)
