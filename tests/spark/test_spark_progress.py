@@ -9,11 +9,14 @@ import os
 import pty
 import re
 import select
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from spark_tasks.progress import SparkProgress
+from tests.workers.test_progress import on_a_terminal
 
 
 def _work(spark: Any, bar: SparkProgress) -> int:
@@ -60,3 +63,56 @@ def test_quiet_shows_nothing_and_leaves_the_job_group_alone(spark: Any) -> None:
             assert _work(spark, bar) == 10_000
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
+
+
+APP = """
+from scheduler.scheduler import Scheduler
+
+app = Scheduler()
+
+
+@app.job(name="close", topic="orders")
+def close(n: int) -> None: ...
+"""
+
+
+@pytest.mark.slow
+def test_the_bulk_scheduling_command_on_a_terminal_and_quiet(tmp_path: Path) -> None:
+    # Given: 200 rows to schedule, the app, and a broker directory per run
+    (tmp_path / "bulk_app.py").write_text(APP)
+    rows = tmp_path / "rows.csv"
+    rows.write_text(
+        "key,job,delay_s,args\n" + "".join(f"o:{i},close,60,[{i}]\n" for i in range(200))
+    )
+    root = Path(__file__).resolve().parents[2]
+    shown: dict[str, str] = {}
+    for run, extra in (("bar", []), ("quiet", ["--quiet"])):
+        env = dict(
+            os.environ,
+            CHRONOQ_BROKER_URL=f"rocksdb://{tmp_path / run}",
+            CHRONOQ_SPARK_MASTER="local[2]",
+            SPARK_CONF="spark.ui.enabled=false",
+            PYTHONPATH=os.pathsep.join(
+                [str(tmp_path), str(root), os.environ.get("PYTHONPATH", "")]
+            ),
+            TERM="xterm",
+        )
+        argv = [
+            sys.executable,
+            "-m",
+            "spark_tasks.pipelines.bulk_schedule",
+            "bulk_app:app",
+            str(rows),
+            "--rejects",
+            str(tmp_path / f"rejects-{run}"),
+            *extra,
+        ]
+        # When: run with stderr on a terminal
+        status, shown[run], out = on_a_terminal(argv, env, timeout_s=240)
+        # Then: the same result either way
+        assert status == 0, shown[run][-3000:]
+        assert out.startswith("accepted 200, duplicate 0 (already scheduled), rejected 0"), out
+    # And: a bar of the Spark tasks by part with the terminal, none with --quiet
+    assert "bulk schedule: sending" in shown["bar"] and " tasks" in shown["bar"], shown["bar"]
+    assert "100%" in shown["bar"]
+    assert "bulk schedule" not in shown["quiet"] and " tasks" not in shown["quiet"]

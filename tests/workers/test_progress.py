@@ -64,18 +64,19 @@ def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, TERM="xterm")
 
 
-def _cancel_on_a_terminal(url: str, *extra: str) -> tuple[int, str, str]:
-    """Run ``chronoq cancel`` with stderr on a pseudo-terminal (120 columns) and
-    stdout on a pipe: its status, what the terminal showed, its stdout."""
+def on_a_terminal(
+    argv: list[str], env: dict[str, str], timeout_s: float = 120
+) -> tuple[int, str, str]:
+    """Run ``argv`` with stderr on a pseudo-terminal (120 columns) and stdout on a
+    pipe: its status, what the terminal showed, its stdout."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
-    argv = [CHRONOQ, "cancel", "--url", url, "--key-prefix", "order:", *extra]
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, env=_env()
+        argv, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, env=env
     )
     os.close(slave)
     shown = bytearray()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         ready, _, _ = select.select([master], [], [], 0.2)
         if ready:
@@ -91,6 +92,12 @@ def _cancel_on_a_terminal(url: str, *extra: str) -> tuple[int, str, str]:
     os.close(master)
     out, _ = proc.communicate(timeout=60)
     return proc.returncode, shown.decode(errors="replace"), out.decode()
+
+
+def _cancel_on_a_terminal(url: str, *extra: str) -> tuple[int, str, str]:
+    """``chronoq cancel --key-prefix order:`` with stderr on a terminal."""
+    argv = [CHRONOQ, "cancel", "--url", url, "--key-prefix", "order:", *extra]
+    return on_a_terminal(argv, _env())
 
 
 def test_cancel_on_a_terminal_shows_progress_and_the_same_result(tmp_path: Path) -> None:
