@@ -9,7 +9,7 @@ Run from the project root (``/work/main``)::
 One process, as ``bench/vs_apscheduler.py``'s ``chronoq-embedded`` child: a
 ``Scheduler`` on a fresh ``rocksdb://`` directory and a ``Dispatcher`` (default
 settings: 8 pool threads, prefetch 32) on a thread; ``N`` jobs scheduled with
-``job.schedule(jid, at=...)`` at whole-ms due times uniform in
+``job.schedule_many`` (batches of 1,000, ``at=`` each) at whole-ms due times uniform in
 ``[--due-from, --due-to]`` s after the start. Every timestamp is ``time.time()``:
 
 * ``fire``: the wheel thread's write of the message's chunk returned
@@ -23,10 +23,11 @@ settings: 8 pool threads, prefetch 32) on a thread; ``N`` jobs scheduled with
 It prints, per stage, P50 / P99 / P99.9 / max in ms, and the lateness
 (``started - due``); then CPU: the process's user + system CPU from the end of
 scheduling to the last ack, per job, and per thread (psutil's per-thread times,
-named by ``threading``); the GC's collections meanwhile; with ``--profile N``, the
-top ``N`` functions by own time of the dispatcher thread and of the pool threads
-(cProfile, which slows them: read its shares, not its times). ``--metrics`` adds
-the ``JobMetrics`` hook ``chronoq run`` installs. psutil comes with the ``bench``
+named by ``threading``); the GC's collections and pauses meanwhile (``gc.callbacks``); with ``--profile N``, the
+top ``N`` functions by own time of each thread (the pool's together; cProfile,
+which slows them: read its shares, not its times). ``--metrics`` adds
+the ``JobMetrics`` hook ``chronoq run`` installs; ``--no-gc-tuning`` leaves out
+:func:`workers.gc_tuning.tune_gc`, which ``chronoq run`` calls. psutil comes with the ``bench``
 extra (``pip install 'chronoq[bench]'``).
 """
 
@@ -46,6 +47,7 @@ import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 os.environ["CHRONOQ_FIRE_LOG"] = "1"  # before chronoq is imported: read once there
 
@@ -86,22 +88,57 @@ class StageStamps(DispatchHook):
 
 
 class Body:
-    """The job: notes its start (epoch s) by job number; profiles its thread on demand."""
+    """The job: notes its start (epoch s) by job number."""
 
-    def __init__(self, n: int, profile: bool) -> None:
+    def __init__(self, n: int) -> None:
         self.started: list[float] = [0.0] * n
-        self.count = 0
-        self._profile = profile
-        self._local = threading.local()
-        self.profiles: list[cProfile.Profile] = []
 
     def __call__(self, jid: int) -> None:
         self.started[jid] = time.time()
-        self.count += 1  # approximate under threads; only a progress hint
-        if self._profile and not hasattr(self._local, "p"):
-            p = self._local.p = cProfile.Profile()
-            self.profiles.append(p)
-            p.enable()  # from here on, this pool thread's work is profiled
+
+
+class ThreadProfiles:
+    """A cProfile per thread started after :meth:`install`, grouped by thread name."""
+
+    def __init__(self) -> None:
+        self.by_group: dict[str, list[cProfile.Profile]] = {}
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        threading.setprofile(self._first_event)
+
+    def _first_event(self, frame: Any, event: str, arg: Any) -> None:
+        # The first profile event of a new thread: replace this Python-level hook
+        # with a C-level profiler for the rest of the thread's life.
+        name = thread_group(threading.current_thread().name)
+        p = cProfile.Profile()
+        with self._lock:
+            self.by_group.setdefault(name, []).append(p)
+        p.enable()
+
+
+def thread_group(name: str) -> str:
+    """Pool threads count as one."""
+    return "chronoq-job (pool, all)" if name.startswith("chronoq-job") else name
+
+
+class GcPauses:
+    """The longest and total pause of each GC generation while installed (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.longest = [0.0, 0.0, 0.0]
+        self.total = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        gen, took = info["generation"], time.perf_counter() - self._t0
+        self.count[gen] += 1
+        self.total[gen] += took
+        self.longest[gen] = max(self.longest[gen], took)
 
 
 def thread_cpu() -> dict[str, float]:
@@ -111,9 +148,7 @@ def thread_cpu() -> dict[str, float]:
     names = {t.native_id: t.name for t in threading.enumerate()}
     out: dict[str, float] = {}
     for t in psutil.Process().threads():
-        name = names.get(t.id, f"tid-{t.id}")
-        if name.startswith("chronoq-job"):
-            name = "chronoq-job (pool, all)"
+        name = thread_group(names.get(t.id, f"tid-{t.id}"))
         out[name] = out.get(name, 0.0) + t.user_time + t.system_time
     return out
 
@@ -163,12 +198,16 @@ def print_profile(title: str, profiles: Sequence[cProfile.Profile], top: int) ->
 def run(args: argparse.Namespace) -> int:
     import psutil
 
-    from scheduler import Scheduler
+    from scheduler import Call, Scheduler
     from workers import Dispatcher
+    from workers.gc_tuning import tune_gc
     from workers.job_metrics import JobMetrics
 
     tmp = tempfile.mkdtemp(prefix="chronoq-breakdown-")
-    body = Body(args.n, args.profile > 0)
+    body = Body(args.n)
+    profiles = ThreadProfiles()
+    if args.profile:
+        profiles.install()
     stamps = StageStamps()
     try:
         app = Scheduler(f"rocksdb://{os.path.join(tmp, 'db')}", topic="bench.breakdown")
@@ -178,15 +217,9 @@ def run(args: argparse.Namespace) -> int:
             hooks.insert(0, JobMetrics(app, stats=True))
         dispatcher = Dispatcher(app, hooks=hooks)
         dispatcher.open()
-        disp_prof = cProfile.Profile() if args.profile else None
-
-        def loop() -> None:
-            if disp_prof is not None:
-                disp_prof.runcall(dispatcher.run_forever)
-            else:
-                dispatcher.run_forever()
-
-        thread = threading.Thread(target=loop, name="bench-dispatcher")
+        if not args.no_gc_tuning:
+            tune_gc()  # as chronoq run does once the dispatcher joined
+        thread = threading.Thread(target=dispatcher.run_forever, name="bench-dispatcher")
         thread.start()
         try:
             start_ms = int(time.time() * 1000)
@@ -194,22 +227,26 @@ def run(args: argparse.Namespace) -> int:
             lo, hi = start_ms + args.due_from * 1000, start_ms + args.due_to * 1000
             dues = [int(rng.uniform(lo, hi)) for _ in range(args.n)]
             t0 = time.perf_counter()
-            schedule = job.schedule
-            ids = [
-                schedule(jid, at=EPOCH + timedelta(milliseconds=due)).msg_id
-                for jid, due in enumerate(dues)
-            ]
+            # In batches (schedule_many): scheduling is not what is measured here.
+            ids: list[str] = []
+            for i in range(0, args.n, 1000):
+                calls = [
+                    Call((jid,), at=EPOCH + timedelta(milliseconds=dues[jid]))
+                    for jid in range(i, min(i + 1000, args.n))
+                ]
+                ids += [r.msg_id for r in job.schedule_many(calls)]
             sched_s = time.perf_counter() - t0
             proc = psutil.Process()
             c0 = proc.cpu_times()
             th0 = thread_cpu()
-            gc0 = [s["collections"] for s in gc.get_stats()]
+            pauses = GcPauses()
+            gc.callbacks.append(pauses)
             deadline = start_ms / 1000 + args.due_to + 30
             while len(stamps.acked) < args.n and time.time() < deadline:
                 time.sleep(0.01)
             c1 = proc.cpu_times()
             th1 = thread_cpu()
-            gc1 = [s["collections"] for s in gc.get_stats()]
+            gc.callbacks.remove(pauses)
         finally:
             dispatcher.stop()
             thread.join()
@@ -222,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"== job_start_breakdown: N={args.n:,} due {args.due_from:g}-{args.due_to:g} s, "
         f"scheduled at {args.n / sched_s:,.0f}/s, metrics hook {'on' if args.metrics else 'off'}, "
+        f"gc tuning {'off' if args.no_gc_tuning else 'on'}, "
         f"load {load} =="
     )
     print(f"{'stage (ms since previous)':<28}" + "".join(f"{p:>8}" for p in PCTS) + "   n")
@@ -244,14 +282,16 @@ def run(args: argparse.Namespace) -> int:
         if d > 0.0005:
             print(f"  {name:<32} {d * 1e6 / args.n:8.1f} us/job")
     print(
-        f"GC collections meanwhile (gen0, gen1, gen2): {[b - a for a, b in zip(gc0, gc1, strict=True)]}"
+        "GC meanwhile, gen 0/1/2: collections "
+        + " / ".join(str(c) for c in pauses.count)
+        + ", longest pause "
+        + " / ".join(f"{x * 1000:.2f}" for x in pauses.longest)
+        + " ms, total "
+        + " / ".join(f"{x * 1000:.0f}" for x in pauses.total)
+        + f" ms; objects tracked at the end {len(gc.get_objects()):,}"
     )
-    if args.profile:
-        if disp_prof is not None:
-            print_profile("dispatcher thread", [disp_prof], args.profile)
-        for p in body.profiles:
-            p.disable()  # in this thread: a no-op for theirs, which are idle by now
-        print_profile("pool threads", body.profiles, args.profile)
+    for group, profs in sorted(profiles.by_group.items()):
+        print_profile(group, profs, args.profile)
     return 1 if lost else 0
 
 
@@ -266,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--due-to", type=float, default=13.0, help="s after start (default 13)")
     p.add_argument("--seed", type=int, default=16)
     p.add_argument("--metrics", action="store_true", help="add the JobMetrics hook")
+    p.add_argument("--no-gc-tuning", action="store_true", help="skip workers.gc_tuning")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile top N")
     return run(p.parse_args(argv))
 

@@ -20,7 +20,8 @@ Systems, each in its own child process (so its CPU and RSS are its own):
   is in the schedule time; adding to a running one is about 10k jobs/s at N=100,000,
   too slow for a 5 s lead); not durable. Skipped, with a message, when APScheduler is not installed.
 * ``chronoq-<broker>``: ``Scheduler`` (default settings) and a ``Dispatcher`` in a
-  thread of the child, jobs sent with ``job.schedule(jid, due_ms, at=...)``, on
+  thread of the child (with :func:`workers.gc_tuning.tune_gc`, as ``chronoq run``
+  does), jobs sent with ``job.schedule(jid, due_ms, at=...)``, on
 
   - ``embedded``: a fresh ``rocksdb://`` temp dir;
   - ``remote``: a ``chronoq broker serve`` child on a free loopback port (``chronoq://``);
@@ -199,6 +200,7 @@ def run_apscheduler(args: argparse.Namespace, rec: Recorder, proc: Any) -> dict[
 def run_chronoq(args: argparse.Namespace, rec: Recorder, proc: Any) -> dict[str, Any]:
     from scheduler import Scheduler
     from workers import Dispatcher
+    from workers.gc_tuning import tune_gc
 
     tmp = tempfile.mkdtemp(prefix="chronoq-vs-aps-")
     try:
@@ -207,6 +209,7 @@ def run_chronoq(args: argparse.Namespace, rec: Recorder, proc: Any) -> dict[str,
             job = app.job(name="bench.vs.record")(rec.record)
             dispatcher = Dispatcher(app)
             dispatcher.open()
+            tune_gc()  # as chronoq run does once the dispatcher joined
             thread = threading.Thread(target=dispatcher.run_forever, name="bench-dispatcher")
             thread.start()
             try:

@@ -116,6 +116,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             job_metrics=metrics,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
+            freeze_gc=True,  # this process only runs the app: see workers.gc_tuning
         )
     finally:
         for executor in (executors or {}).values():

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from scheduler.runners import set_app_runner
 from workers.dispatcher import App, Dispatcher
+from workers.gc_tuning import tune_gc
 from workers.job_metrics import JobMetrics
 from workers.schedule_runs import RunLog
 
@@ -125,6 +126,7 @@ def run_app(
     job_metrics: JobMetrics | None = None,
     metrics_port: int | None = None,
     metrics_host: str | None = None,
+    freeze_gc: bool = False,
 ) -> int:
     """Run ``app``'s dispatcher and schedule planner until stopped; see the module docstring.
 
@@ -147,6 +149,9 @@ def run_app(
     :param metrics_port: serve the job metrics (Prometheus) on this port (0: a free
         one); ``app.settings.metrics_port`` (``CHRONOQ_METRICS_PORT``) by default.
     :param metrics_host: the address to bind; ``app.settings.metrics_host`` by default.
+    :param freeze_gc: once the dispatcher joined, freeze the start-up heap
+        (:func:`workers.gc_tuning.tune_gc`: shorter GC pauses on the job-start path); a
+        whole-process choice, made by ``chronoq run``, which owns its process.
     :raises MissingExtra: with a metrics port but no ``chronoq[metrics]``.
     :raises InvalidArgument: for a non-loopback metrics host without ``CHRONOQ_TOKEN``.
     :returns: messages processed.
@@ -171,6 +176,8 @@ def run_app(
     armer: threading.Thread | None = None
     try:
         dispatcher.open()
+        if freeze_gc:
+            tune_gc()
         crons = app.registry.crons()
         if crons:
             app.schedules.publish_decorators()
