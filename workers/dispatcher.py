@@ -49,7 +49,9 @@ from typing import TYPE_CHECKING, Self
 
 from broker_adapter.base import DEFAULT_INVISIBLE_MS
 from broker_adapter.clock import Clock, SystemClock
+from broker_adapter.errors import ConnectionFailed
 from scheduler.spec import CRON_KEY_PREFIX
+from workers.broker_outage import BrokerOutage
 from workers.executors.base import Executor
 from workers.executors.factory import default_executors
 from workers.hooks import DispatchHook
@@ -213,6 +215,10 @@ class Dispatcher:
     ) -> int:
         """Pull and run jobs until :meth:`stop` (or ``stop_event``), then drain.
 
+        While the broker cannot be reached (a pull raises
+        :class:`~broker_adapter.errors.ConnectionFailed`) it keeps pulling with
+        back-off (:mod:`workers.broker_outage`) instead of returning.
+
         :param exit_when_idle: also return once nothing is ready, running or
             pending on the app's topics (cron occurrences aside).
         :param poll_ms: the longest a pull waits; bounds how soon a stop is seen.
@@ -220,9 +226,16 @@ class Dispatcher:
         """
         loop = self.open()
         stop = self._stop
+        outage = BrokerOutage(self._log, f"group {self.group}")
         try:
             while not stop.is_set() and not (stop_event is not None and stop_event.is_set()):
-                if not loop.step(poll_ms) and exit_when_idle and self._idle(loop, any_pending=True):
+                try:
+                    got = loop.step(poll_ms)
+                except ConnectionFailed as e:  # the broker restarts or is cut off: wait
+                    stop.wait(outage.failed(e))
+                    continue
+                outage.succeeded()
+                if not got and exit_when_idle and self._idle(loop, any_pending=True):
                     break
         finally:
             self.drain()
