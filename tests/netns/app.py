@@ -1,6 +1,6 @@
 """The app every namespaced host runs with ``chronoq run tests.netns.app:app``.
 
-Each run appends one JSON line to its process's ledger,
+Each run appends one JSON line when it starts to its process's ledger,
 ``$NETNS_RUNS/<host>-<pid>.jsonl``: the job (``j``), key (``k``), message id
 (``m``), attempt (``a``), host (``h``), pid (``p``), start time in epoch ms
 (``t``), and the due time (``d``, the keyed job's) or occurrence (``f``, the
@@ -22,9 +22,11 @@ from typing import Any
 from scheduler.scheduler import Scheduler
 from workers import current_job
 
-#: Environment: the ledger directory, and this host's name.
+#: Environment: the ledger directory, this host's name, and how long (ms) a keyed
+#: job works after recording its start (so that a killed host has runs in flight).
 RUNS_ENV = "NETNS_RUNS"
 HOST_ENV = "NETNS_HOST"
+JOB_MS_ENV = "NETNS_JOB_MS"
 #: The keyed job, and the interval job (every :data:`TICK_S` seconds).
 WORK = "netns.work"
 TICK = "netns.tick"
@@ -61,8 +63,9 @@ def _record(job: str, **fields: Any) -> None:
 
 @app.job(name=WORK)
 def work(key: str, due_ms: int) -> None:
-    """One keyed job: records its run."""
+    """One keyed job: records its start, then works :data:`JOB_MS_ENV` ms."""
     _record(WORK, k=key, d=due_ms)
+    time.sleep(int(os.environ.get(JOB_MS_ENV, "0")) / 1000)
 
 
 # No misfire limit and every missed occurrence run: an outage must not skip one.

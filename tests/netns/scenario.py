@@ -61,6 +61,7 @@ class Plan:
     :param cut_s: how long ``partition_b`` lasts.
     :param restart_gap_s: how long ``restart_r`` leaves the broker down.
     :param per_host: dispatchers on each of ``A`` and ``B``.
+    :param job_ms: how long each keyed job works after it recorded its start.
     """
 
     broker: str
@@ -72,6 +73,7 @@ class Plan:
     cut_s: float = 20.0
     restart_gap_s: float = 3.0
     per_host: int = 2
+    job_ms: int = 200
 
 
 class Scenario:
@@ -98,6 +100,7 @@ class Scenario:
             "CHRONOQ_BROKER_URL": self.url,
             "NETNS_RUNS": str(self.runs),
             "NETNS_HOST": host,
+            "NETNS_JOB_MS": str(self.plan.job_ms),
         }
 
     def start_broker(self) -> None:
@@ -179,6 +182,7 @@ class Scenario:
         p, lab = self.plan, self.lab
         self.start_broker()
         self.start_dispatchers()
+        degraded_ms = _now_ms()
         if p.fault == "slow_a":
             lab.degrade("a", delay_ms=50, loss_pct=5)
         producer = self.produce()
@@ -192,6 +196,7 @@ class Scenario:
             if p.fault == "kill_b":
                 for proc in self.dispatchers["b"]:
                     lab.kill(proc)
+                end = _now_ms()
             elif p.fault == "partition_b":
                 lab.partition("b")
                 time.sleep(p.cut_s)
@@ -213,6 +218,7 @@ class Scenario:
         self._wait_for_all(answers, fault, max(last_due + 3_000, fault.end_ms + 3_000), deadline)
         if p.fault == "slow_a":
             lab.heal("a")
+            fault = Fault(p.fault, degraded_ms, _now_ms())
         for proc in self.dispatchers["a"] + self.dispatchers["b"]:
             proc.terminate()
         for proc in self.dispatchers["a"] + self.dispatchers["b"]:
