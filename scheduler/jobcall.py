@@ -77,6 +77,24 @@ def check_json(value: object, path: str, depth: int = 0) -> None:
     raise UnserializableArgument(path, value, _hint(value))
 
 
+#: Exact types whose values :func:`check_json` always accepts (floats may be nan).
+_PLAIN: frozenset[type] = frozenset({int, str, bool, type(None)})
+#: Job names a decoded call carried that passed ``check_job_name`` (bounded).
+_VALID_NAMES: set[str] = set()
+_MAX_VALID_NAMES = 4096
+
+
+def _all_scalars(args: list[Any], kwargs: dict[str, Any]) -> bool:
+    plain = _PLAIN
+    for a in args:
+        if type(a) not in plain:
+            return False
+    for v in kwargs.values():
+        if type(v) not in plain:
+            return False
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class JobCall:
     """One call of a job: its name and the arguments to call it with.
@@ -152,10 +170,22 @@ class JobCall:
             raise DecodeError(f"job call args must be a JSON array, got {type(args).__name__}")
         if not isinstance(kwargs, dict):
             raise DecodeError(f"job call kwargs must be a JSON object, got {type(kwargs).__name__}")
+        if name in _VALID_NAMES and _all_scalars(args, kwargs):
+            # The common case: the checks below would pass (JSON gives str keys), so
+            # skip them: ~10 us less per message on the dispatcher's thread (issue 16).
+            call = object.__new__(cls)
+            setattr_ = object.__setattr__
+            setattr_(call, "name", name)
+            setattr_(call, "args", tuple(args))
+            setattr_(call, "kwargs", MappingProxyType(kwargs))
+            return call
         try:
-            return cls(name, tuple(args), kwargs)
+            call = cls(name, tuple(args), kwargs)
         except (ValueError, TypeError) as e:
             raise DecodeError(f"job call does not validate: {e}") from e
+        if len(_VALID_NAMES) < _MAX_VALID_NAMES:
+            _VALID_NAMES.add(name)
+        return call
 
     def __repr__(self) -> str:
         parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]

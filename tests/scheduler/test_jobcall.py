@@ -152,3 +152,20 @@ json_values = st.recursive(
 def test_json_arguments_round_trip(args: list[Any], kwargs: dict[str, Any]) -> None:
     call = JobCall("prop.job", tuple(args), kwargs)
     assert JobCall.decode(call.encode()) == call
+
+
+def test_decode_of_a_known_name_checks_the_same() -> None:
+    # The second decode of a name takes the fast path (scalar arguments): same call,
+    # read-only kwargs; anything else still gets every check.
+    body = JobCall("shop.close", (42, "x", None, True), {"k": 1}).encode()
+    first, second = JobCall.decode(body), JobCall.decode(body)
+    assert first == second == JobCall("shop.close", (42, "x", None, True), {"k": 1})
+    assert type(second.args) is tuple
+    with pytest.raises(TypeError):
+        second.kwargs["k"] = 2  # type: ignore[index]
+    nan = b'{"v":1,"job":"shop.close","args":[NaN],"kwargs":{}}'
+    with pytest.raises(DecodeError, match="nan"):
+        JobCall.decode(nan)
+    spaced = b'{"v":1,"job":"shop close","args":[1],"kwargs":{}}'
+    with pytest.raises(DecodeError, match="whitespace"):
+        JobCall.decode(spaced)
