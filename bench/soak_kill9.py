@@ -146,17 +146,23 @@ def soak_embedded(s: Soak) -> dict[str, Any]:
     """The embedded owner, killed and restarted on its directory."""
     argv = [sys.executable, "-m", "bench.soak_child", "embedded", str(s.data), str(s.ledger_dir)]
     out = s.work / "embedded.out"
-    for cycle in range(s.args.cycles + 1):
-        last = cycle == s.args.cycles
-        proc = s.child([*argv, str(cycle), *(["drain"] if last else [])], "embedded")
-        wait_ready(proc, out)
-        if last:
-            s.drain(ran_ids(s.ledger_dir))
-            proc.terminate()
-            proc.wait(60)
-        else:
-            s.pause()
-            s.kill_child(proc)
+    proc = None
+    try:
+        for cycle in range(s.args.cycles + 1):
+            last = cycle == s.args.cycles
+            proc = s.child([*argv, str(cycle), *(["drain"] if last else [])], "embedded")
+            wait_ready(proc, out)
+            if last:
+                s.drain(ran_ids(s.ledger_dir))
+                proc.terminate()
+                proc.wait(60)
+            else:
+                s.pause()
+                s.kill_child(proc)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
     with open_broker(f"rocksdb://{s.data}?share=0") as broker:
         return s.figures(broker)
 
