@@ -53,6 +53,7 @@ from bench.soak_ledger import Ledger, LedgerFile, account, expected_ids
 from bench.soak_load import Producer, Recorder
 from bench.stats import print_block
 from broker_adapter import BrokerAdapter, Message, MessageState, open_broker
+from scheduler.scheduler import Scheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("embedded", "server", "run", "celery")
@@ -100,14 +101,15 @@ class Soak:
 
     def drain(self, ran: Callable[[], set[str]]) -> None:
         """Wait until every acknowledged, unaborted id ran (or :data:`DRAIN_S`), then
-        a little more for late duplicates."""
+        one invisible time more for late duplicates (those of a ``chronoq run``,
+        whose invisible time is 60 s, may come later and are then not counted)."""
         deadline = time.monotonic() + DRAIN_S
         while time.monotonic() < deadline:
             led = Ledger.read(self.ledger_dir)
             unknown = led.abort_asked - set(led.abort_answers)
             if expected_ids(led) - unknown <= ran():
                 self.drained = True
-                time.sleep(2)
+                time.sleep(INVISIBLE_MS / 1000 + 1)
                 return
             time.sleep(0.5)
 
@@ -223,7 +225,7 @@ def restart(server: Any) -> None:
 def soak_dispatcher(
     s: Soak,
     argv: list[str],
-    scheduler: Any,
+    scheduler: Scheduler,
     job: str,
     ran: Callable[[], set[str]],
     collect: Callable[[], None] = lambda: None,
@@ -266,7 +268,6 @@ def soak_dispatcher(
 def soak_run(s: Soak) -> dict[str, Any]:
     """A ``chronoq run`` dispatcher, killed and restarted."""
     from bench.soak_app import JOB, define
-    from scheduler.scheduler import Scheduler
 
     s.env["CHRONOQ_BROKER_URL"] = f"rocksdb://{s.data}"
     scheduler = Scheduler(f"rocksdb://{s.data}")
@@ -284,7 +285,6 @@ def soak_run(s: Soak) -> dict[str, Any]:
 def soak_celery(s: Soak) -> dict[str, Any]:
     """A Celery-executor dispatcher, killed and restarted; two Celery workers run
     the jobs and record each run in Redis (``tests/celery/jobs.py``)."""
-    from scheduler.scheduler import Scheduler
     from tests.celery import jobs
     from tests.celery.conftest import CeleryWorker, runs
     from tests.redis_server import RedisServer
