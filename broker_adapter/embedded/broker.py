@@ -111,7 +111,7 @@ class EmbeddedBroker(AdapterBase):
         self.max_body_bytes = max_body_bytes
         self.max_delay_ms = max_delay_ms
         self.retention_ms = retention_ms
-        self._groups = GroupRegistry(core, self.check_open)
+        self._groups = GroupRegistry(core, self.check_open, fire_chunk=fire_chunk)
         self._queries = MessageQuery(core, self._groups)
         self._rescheduler = Rescheduler(core, max_delay_ms, max_body_bytes)
         self._finder = PendingFinder(core, self._queries)
@@ -121,7 +121,7 @@ class EmbeddedBroker(AdapterBase):
         self._slots = LeaseSemaphores(clock)
         retention = Retention(core, self._groups, retention_ms)
         self._wheel_thread = WheelThread(
-            core, self._groups, retention, fire_chunk, f"chronoq-wheel:{self.path.name}"
+            core, self._groups, retention, f"chronoq-wheel:{self.path.name}"
         )
         self._wheel_thread.start()
 

@@ -2,7 +2,10 @@
 
 A consumer reads its group's ready messages straight from the store (under its
 group's lock, see the lock order in :mod:`~broker_adapter.embedded.core`) and
-waits for more on the registry's :class:`ReadySignal`. Acks, nacks, dead
+waits for more on the registry's :class:`ReadySignal`. With the system clock, a
+pull that would wait past the wheel's next due time waits until then and fires
+that chunk itself (:meth:`BrokerCore.take_fire_duty`): the job starts one thread
+hand-off sooner than if the wheel thread fired it and woke the pull. Acks, nacks, dead
 letters, extensions and releases change the group's shared state, so they go to
 the :class:`~broker_adapter.embedded.group_registry.GroupRegistry`.
 """
@@ -26,7 +29,7 @@ from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.groups import ConsumerGroup, Pull
 from broker_adapter.embedded.keys import CF_READY, topic_range
 from broker_adapter.embedded.records import delivery_fields
-from broker_adapter.errors import BrokerClosed
+from broker_adapter.errors import BrokerClosed, ChronoqError
 from broker_adapter.results import NO_PROPERTIES, ReceivedMessage
 
 if TYPE_CHECKING:
@@ -102,6 +105,7 @@ class EmbeddedConsumer(Consumer):
         self.closed = False
         self._paused = False
         self._turn = 0
+        self._fires = core.wall_clock  # a manual clock: the wheel thread fires (tests)
         self.id = next(self._ids)
 
     def _check(self) -> None:
@@ -128,8 +132,34 @@ class EmbeddedConsumer(Consumer):
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self.closed:
                 return got
+            if self._fires and not self._paused and self._fire_when_due(epoch, remaining):
+                continue
             signal.wait(epoch, remaining)
             self._registry.check_open()
+
+    def _fire_when_due(self, epoch: int, remaining: float) -> bool:
+        """When the wheel's next due time comes within ``remaining`` s, wait for it
+        (or a wake-up) and fire that chunk here; ``False`` when there is nothing to
+        do (the caller then waits as usual)."""
+        core, registry = self._core, self._registry
+        due = core.next_due_ms()
+        if due is None:
+            return False
+        until = core.seconds_until(due)
+        if until >= remaining:
+            return False  # beyond this pull: the wheel thread (or a later pull) fires it
+        if until > 0:
+            core.take_fire_duty(due)
+            signal = registry.ready_signal
+            signal.wait(epoch, until)
+            registry.check_open()
+            if signal.epoch != epoch:
+                return True  # woken: look for messages first
+        try:
+            fired = registry.fire_due()
+        except ChronoqError:  # e.g. a full disk: the wheel thread retries and reports
+            return False
+        return fired > 0 or until > 0
 
     def _take(self, max_messages: int, now_ms: int) -> list[ReceivedMessage]:
         """Read up to ``max_messages`` ready messages and put them in flight (group lock held)."""

@@ -47,6 +47,9 @@ from broker_adapter.errors import InvalidArgument
 
 #: Sequence numbers reserved (persisted as a high-water mark) per write of ``meta``.
 SEQ_BLOCK = 1 << 20
+#: How long the wheel thread sleeps past a due time a waiting pull fires itself
+#: (:meth:`BrokerCore.take_fire_duty`): it fires then only if no pull did.
+FIRE_DUTY_GRACE_MS = 4
 # A fired chunk this big deletes its wheel keys with one range tombstone.
 _RANGE_DELETE_MIN = 256
 
@@ -115,6 +118,7 @@ class BrokerCore:
         # The system clock's ms reading floors: the wheel thread reads time.time() to
         # wake at a due millisecond's start, not up to 1 ms after it (issue 16).
         self._wall = isinstance(clock, SystemClock)
+        self._duty_ms = 0  # a pull fires what is due up to then itself (broker ms)
         self._kicked = False
         self._planned_wake = 0
         clock.subscribe(self.kick)
@@ -406,15 +410,40 @@ class BrokerCore:
         """The broker time the sleeping wheel thread plans to wake at; 0 while it works."""
         return self._planned_wake
 
+    @property
+    def wall_clock(self) -> bool:
+        """Whether the clock is the system's (then pulls may fire due messages
+        themselves, see :meth:`take_fire_duty`; a manual clock leaves it to the wheel
+        thread, which tests drive by moving the clock)."""
+        return self._wall
+
+    def seconds_until(self, at_ms: int) -> float:
+        """Seconds from now to broker time ``at_ms`` (negative once past), to the
+        sub-millisecond with the system clock."""
+        delay = (at_ms - self.now()) / 1000
+        if self._wall:  # never longer than the line above (a clock stepped back)
+            delay = min(delay, at_ms / 1000 - time.time())
+        return delay
+
+    def take_fire_duty(self, due_ms: int) -> None:
+        """A pull waits until ``due_ms`` to fire what is due then itself (one thread
+        hand-off less per fired chunk, issue 16); the wheel thread then plans to
+        wake :data:`FIRE_DUTY_GRACE_MS` later and fires only what no pull did."""
+        # Unlocked: a racing smaller value only costs the wheel thread an early wake.
+        self._duty_ms = max(self._duty_ms, due_ms)
+
+    def wheel_wake_ms(self, due_ms: int) -> int:
+        """When the wheel thread should wake for what is due at ``due_ms``: then, or
+        :data:`FIRE_DUTY_GRACE_MS` later when a pull took the duty to fire it."""
+        return due_ms + FIRE_DUTY_GRACE_MS if due_ms <= self._duty_ms else due_ms
+
     def wait_for_work(self, wake_ms: int, max_wait_s: float) -> None:
         """Sleep until broker time ``wake_ms`` (at most ``max_wait_s``) or a kick; for the
         wheel thread only."""
         self._planned_wake = wake_ms
         with self._wake:
             if not self._kicked:
-                delay = (wake_ms - self.now()) / 1000
-                if self._wall:  # never longer than the line above (a clock stepped back)
-                    delay = min(delay, wake_ms / 1000 - time.time())
+                delay = self.seconds_until(wake_ms)
                 if delay > 0:
                     self._wake.wait(min(delay, max_wait_s))
             self._kicked = False
@@ -430,4 +459,4 @@ class BrokerCore:
             self._store.close()
 
 
-__all__ = ["SEQ_BLOCK", "BrokerCore"]
+__all__ = ["FIRE_DUTY_GRACE_MS", "SEQ_BLOCK", "BrokerCore"]

@@ -1,10 +1,12 @@
 """WheelThread: the embedded broker's background thread that turns the timing wheel.
 
-Each turn fires one chunk of due messages (:meth:`BrokerCore.fire_due`) and
+Each turn fires one chunk of due messages (:meth:`GroupRegistry.fire_due`) and
 tells the groups; when nothing is due it redelivers messages whose invisible
 time passed and persists cursors (:meth:`GroupRegistry.housekeep`), trims what
 retention lets go (:meth:`Retention.trim`, a chunk per turn), and sleeps until
-the next due time, the next invisible-time deadline, or a kick.
+the next due time, the next invisible-time deadline, or a kick. A due time that a
+waiting pull fires itself (:meth:`BrokerCore.take_fire_duty`) it sleeps past by
+:data:`~.core.FIRE_DUTY_GRACE_MS`, and fires then only what no pull did.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import threading
 import time
 
 from broker_adapter.embedded.core import BrokerCore
-from broker_adapter.embedded.fire_log import fire_log
 from broker_adapter.embedded.group_registry import GroupRegistry
 from broker_adapter.embedded.retention import Retention
 
@@ -33,7 +34,6 @@ class WheelThread:
     :param core: the broker's core.
     :param groups: told what fired; housekept when idle.
     :param retention: trimmed when idle, every :data:`TRIM_INTERVAL_MS` of broker time.
-    :param fire_chunk: most messages fired in one write batch.
     :param name: the thread's name.
     """
 
@@ -42,15 +42,12 @@ class WheelThread:
         core: BrokerCore,
         groups: GroupRegistry,
         retention: Retention,
-        fire_chunk: int,
         name: str,
     ) -> None:
         self._core = core
         self._groups = groups
         self._retention = retention
-        self._fire_chunk = fire_chunk
         self._stopping = False
-        self._fire_log = fire_log()  # None unless a benchmark turned it on
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -65,13 +62,7 @@ class WheelThread:
 
     def fire_due(self) -> int:
         """Fire one chunk of due messages and tell the groups; returns how many fired."""
-        counts = self._core.fire_due(self._fire_chunk)
-        if not counts:
-            return 0
-        if self._fire_log is not None:
-            self._fire_log.fired(self._core.fired_upto)
-        self._groups.add_ready(counts)
-        return sum(counts.values())
+        return self._groups.fire_due()
 
     def _run(self) -> None:
         core = self._core
@@ -92,6 +83,8 @@ class WheelThread:
                         continue
                     next_trim = now + TRIM_INTERVAL_MS
                 due = core.next_due_ms()
+                if due is not None:
+                    due = core.wheel_wake_ms(due)
                 wake = min(x for x in (due, deadline, now + 1000) if x is not None)
                 core.wait_for_work(wake, _IDLE_S)
             except Exception:  # the wheel must keep turning; log and go on

@@ -21,6 +21,7 @@ from broker_adapter.base import dead_letter_topic, retry_backoff_ms, retry_topic
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.consumer import EmbeddedConsumer, ReadySignal
 from broker_adapter.embedded.core import BrokerCore
+from broker_adapter.embedded.fire_log import fire_log
 from broker_adapter.embedded.groups import ConsumerGroup, Flight
 from broker_adapter.embedded.records import record_id, with_topic_and_attempts
 from broker_adapter.errors import ChronoqError
@@ -38,8 +39,13 @@ class GroupRegistry:
         broker is closed (a waiting pull calls it when woken).
     """
 
-    def __init__(self, core: BrokerCore, check_open: Callable[[], None]) -> None:
+    def __init__(
+        self, core: BrokerCore, check_open: Callable[[], None], *, fire_chunk: int = 1000
+    ) -> None:
         self._core = core
+        #: Most messages fired in one write batch (:meth:`fire_due`).
+        self.fire_chunk = fire_chunk
+        self._fire_log = fire_log()  # None unless a benchmark turned it on
         self._check_open = check_open
         self._groups: dict[str, ConsumerGroup] = {}
         self._subscribers: dict[int, list[ConsumerGroup]] = {}
@@ -276,6 +282,19 @@ class GroupRegistry:
             for flight in group.held_by(consumer):
                 group.drop_flight(flight.receipt)
                 self.redeliver(group, flight, 0, "consumer closed", dead=False)
+
+    def fire_due(self) -> int:
+        """Fire one chunk of due messages (:meth:`BrokerCore.fire_due`) and tell the
+        groups; how many fired. The wheel thread calls it, and so does a pull that
+        waited for a due time (:meth:`BrokerCore.take_fire_duty`); no lock held."""
+        core = self._core
+        counts = core.fire_due(self.fire_chunk)
+        if not counts:
+            return 0
+        if self._fire_log is not None:
+            self._fire_log.fired(core.fired_upto)
+        self.add_ready(counts)
+        return sum(counts.values())
 
     def add_ready(self, counts: dict[int, int]) -> None:
         """Count newly fired messages (topic id -> n) as ready for every subscribed group
