@@ -80,11 +80,11 @@ class JobContext:
     """
 
     __slots__ = (
+        "_cancelled",
         "_clock_ms",
         "_on_cancel",
         "call",
         "cancel_reason",
-        "cancelled",
         "fire_ms",
         "message",
         "spec",
@@ -105,8 +105,8 @@ class JobContext:
         self.message = message
         self.fire_ms = fire_ms
         self._clock_ms = clock_ms
-        #: Set when the job should stop (timeout or shutdown); wait on it or poll it.
-        self.cancelled = threading.Event()
+        # Made on first use (see cancelled): most jobs are never cancelled nor asked.
+        self._cancelled: threading.Event | None = None
         #: Why it was cancelled, once it is.
         self.cancel_reason: str | None = None
         #: ``time.monotonic()`` when the body started, ``None`` while queued.
@@ -114,6 +114,17 @@ class JobContext:
         #: The dispatcher clock's time (epoch ms) when the body started.
         self.started_ms: float | None = None
         self._on_cancel: Callable[[str], None] | None = None
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the job should stop (timeout or shutdown); wait on it or poll it."""
+        event = self._cancelled
+        if event is None:
+            with _EVENT_LOCK:  # one Event per job, whichever thread asks first
+                event = self._cancelled
+                if event is None:
+                    event = self._cancelled = threading.Event()
+        return event
 
     @property
     def name(self) -> str:
@@ -137,14 +148,15 @@ class JobContext:
 
     def is_cancelled(self) -> bool:
         """Whether the job was asked to stop."""
-        return self.cancelled.is_set()
+        event = self._cancelled
+        return event is not None and event.is_set()
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`JobCancelled` if the job was asked to stop; else do nothing.
 
         :raises JobCancelled: once cancelled.
         """
-        if self.cancelled.is_set():
+        if self.is_cancelled():
             raise JobCancelled(self.spec.name, self.cancel_reason or "cancelled")
 
     def cancel(self, reason: str) -> None:
@@ -167,7 +179,7 @@ class JobContext:
         registration), so it must be idempotent, quick and must not raise.
         """
         self._on_cancel = callback
-        if self.cancelled.is_set():
+        if self.is_cancelled():
             callback(self.cancel_reason or "cancelled")
 
     def mark_started(self) -> None:
@@ -181,6 +193,9 @@ class JobContext:
             f"attempt={self.message.attempts}>"
         )
 
+
+# Guards the first creation of a job's cancel event (JobContext.cancelled).
+_EVENT_LOCK = threading.Lock()
 
 _CURRENT: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
     "chronoq_current_job", default=None
