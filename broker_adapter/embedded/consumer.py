@@ -159,7 +159,11 @@ class EmbeddedConsumer(Consumer):
             fired = registry.fire_due()
         except ChronoqError:  # e.g. a full disk: the wheel thread retries and reports
             return False
-        return fired > 0 or until > 0
+        if not fired and until <= 0:
+            # Due but nothing fired: the near window loads a moment after its load
+            # time (a refill at due - window_ms). Look again in 1 ms, as the wheel does.
+            registry.ready_signal.wait(epoch, min(remaining, 0.001))
+        return True
 
     def _take(self, max_messages: int, now_ms: int) -> list[ReceivedMessage]:
         """Read up to ``max_messages`` ready messages and put them in flight (group lock held)."""
