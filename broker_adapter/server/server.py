@@ -219,17 +219,17 @@ class BrokerServer:
 
     def start(self) -> None:
         """Serve on background threads (accept and housekeeping)."""
+        # The acceptor registers the listener here, before a shutdown can close it: a
+        # server stopped right after start() must not fail in its accept thread.
+        acceptor = Acceptor(self, self._sock)
         for target, name in (
-            (self._accept_loop, "chronoq-accept"),
+            (acceptor.run, "chronoq-accept"),
             (self._housekeep_loop, "chronoq-server-housekeep"),
         ):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
         log.info("serving %s on %s (node %s)", self.data_dir, self.address, self.node)
-
-    def _accept_loop(self) -> None:
-        Acceptor(self, self._sock).run()
 
     @property
     def stopping(self) -> bool:
