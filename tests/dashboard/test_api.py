@@ -40,14 +40,22 @@ def test_overview_counts_what_the_broker_counts(dashboard: DashboardProc) -> Non
     for n in range(3):
         close.schedule(n, delay=HOUR, key=f"ov:{n}")
     nightly.schedule(delay=HOUR, key="ov:nightly")
+    dashboard.app.schedules.add("ov-tenant", close, every=timedelta(hours=6), args=(7,))
     doc = dashboard.ok("api/overview")
     stats = dashboard.broker.stats()
     topics = {t["topic"]: t for t in doc["topics"]}
     assert topics["reports"]["pending"] == stats.topics["reports"].pending >= 1
     default = close.topic
     assert topics[default]["pending"] == stats.topics[default].pending >= 3
-    assert doc["totals"]["pending"] == stats.pending
-    assert set(doc["totals"]) == {"pending", "ready", "inflight", "dead", "fired_total"}
+    assert not topics[default]["internal"]
+    # The schedule's record is a pending message on an internal topic: counted apart.
+    internal = {name for name, t in topics.items() if t["internal"]}
+    assert "chronoq.schedules" in internal
+    records = sum(stats.topics[name].pending for name in internal)
+    assert records >= 1
+    assert doc["totals"]["records"] == records
+    assert doc["totals"]["pending"] == stats.pending - records
+    assert set(doc["totals"]) == {"pending", "records", "ready", "inflight", "dead", "fired_total"}
     assert isinstance(doc["groups"], list)
 
 

@@ -10,15 +10,20 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query
 
 from broker_adapter.message import check_topic
+from scheduler.schedule_runs import RUNS_TOPIC
+from scheduler.schedule_store import SCHEDULES_TOPIC
 from workers.dashboard.context import Dashboard, version
 from workers.dashboard.lateness import lateness_report
-from workers.job_stats import read_job_stats
+from workers.job_stats import STATS_TOPIC, read_job_stats
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
 DAY_MS = 24 * HOUR_MS
 #: ``range`` -> (bucket ms, buckets).
 RANGES = {"hour": (MINUTE_MS, 60), "day": (HOUR_MS, 24), "week": (DAY_MS, 7)}
+#: chronoq's own record topics (schedule definitions, last runs, job stats): each
+#: record is a pending message no job runs for, so the totals count them apart.
+INTERNAL_TOPICS = frozenset({SCHEDULES_TOPIC, RUNS_TOPIC, STATS_TOPIC})
 
 
 def now_ms() -> int:
@@ -36,9 +41,11 @@ def overview_doc(dash: Dashboard) -> dict[str, Any]:
             "fired_total": t.fired_total,
             "ready": t.ready,
             "inflight": t.inflight,
+            "internal": name in INTERNAL_TOPICS,
         }
         for name, t in sorted(st.topics.items())
     ]
+    records = sum(t.pending for name, t in st.topics.items() if name in INTERNAL_TOPICS)
     groups = [
         {
             "group": name,
@@ -50,7 +57,8 @@ def overview_doc(dash: Dashboard) -> dict[str, Any]:
         for name, g in sorted(st.groups.items())
     ]
     totals = {
-        "pending": st.pending,
+        "pending": st.pending - records,
+        "records": records,
         "ready": sum(g.ready for g in st.groups.values()),
         "inflight": sum(g.inflight for g in st.groups.values()),
         "dead": st.dead,
@@ -133,4 +141,4 @@ def routes(dash: Dashboard, token_required: bool) -> APIRouter:
     return router
 
 
-__all__ = ["RANGES", "due_counts", "now_ms", "overview_doc", "routes"]
+__all__ = ["INTERNAL_TOPICS", "RANGES", "due_counts", "now_ms", "overview_doc", "routes"]

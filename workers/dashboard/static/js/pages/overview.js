@@ -144,7 +144,7 @@ export async function render(view, ctx) {
     }
     clear(topicsChart).append(
       barChart(
-        topics.filter((t) => t.pending > 0).map((t) => ({ label: t.topic, value: t.pending, cls: t.topic.startsWith(RETRY_PREFIX) ? "retry" : "" })),
+        topics.filter((t) => t.pending > 0 && !t.internal).map((t) => ({ label: t.topic, value: t.pending, cls: t.topic.startsWith(RETRY_PREFIX) ? "retry" : "" })),
         { label: "pending messages per topic", width: widthOf(topicsChart) },
       ),
     );
@@ -154,7 +154,7 @@ export async function render(view, ctx) {
       table(
         ["Topic", "Pending", "Ready", "In flight", "Fired"],
         topics.map((t) => [
-          el("span", {}, el("a", { href: routeWithQuery("search", { mode: "range", topic: t.topic }) }, t.topic), t.topic.startsWith(RETRY_PREFIX) ? el("span", { class: "badge state-retry" }, "retry") : null, t.topic.startsWith(DLQ_PREFIX) ? el("span", { class: "badge state-dead" }, "dead") : null),
+          el("span", {}, el("a", { href: routeWithQuery("search", { mode: "range", topic: t.topic }) }, t.topic), t.topic.startsWith(RETRY_PREFIX) ? el("span", { class: "badge state-retry" }, "retry") : null, t.topic.startsWith(DLQ_PREFIX) ? el("span", { class: "badge state-dead" }, "dead") : null, t.internal ? el("span", { class: "badge", title: "chronoq's own records (schedules, last runs, job stats): not jobs" }, "internal") : null),
           fmtInt(t.pending),
           fmtInt(t.ready),
           fmtInt(t.inflight),
