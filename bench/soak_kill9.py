@@ -124,7 +124,8 @@ class Soak:
                     out.add(msg_id)
             return out
 
-        fig = account(Ledger.read(self.ledger_dir), aborted_now)
+        led = Ledger.read(self.ledger_dir)
+        fig = account(led, aborted_now)
         fig["kind"], fig["drained"] = self.kind, self.drained
         return fig
 
@@ -296,6 +297,7 @@ def soak_celery(s: Soak) -> dict[str, Any]:
     jobs.define(scheduler)
     scheduler.broker  # noqa: B018 - open it first: this process owns the directory
     argv = [sys.executable, "-m", "bench.soak_child", "celery", str(s.data), url]
+    argv.append(str(s.ledger_dir))
 
     def collect() -> None:  # the runs the workers recorded in Redis, into the ledger
         ledger = LedgerFile(s.ledger_dir / "celery-runs.log")
@@ -333,6 +335,7 @@ def show(fig: dict[str, Any]) -> None:
             "unacknowledged_ran",
             "lost",
             "aborted_but_delivered",
+            "pulled_again_after_kill",
             "duplicates",
             "dup_in_flight_at_kill",
             "dup_acked_before_kill",

@@ -12,6 +12,10 @@ when a kill cut it, dropped by the reader):
     answer unknown; the accounting then asks the broker (``query``) at the end.
 ``R id attempt t pid``
     a delivery (a consumer's pull) or a job run, written when it starts.
+``P id attempt t pid``
+    a message a dispatcher pulled (the Celery-executor soak's dispatcher only: its
+    job runs elsewhere, so a message it re-reads after a kill and settles from the
+    result backend shows here and not among the runs).
 ``K id t``
     an ack that returned (only where the soak's own consumer acks; a dispatcher
     acks inside itself and writes none).
@@ -72,6 +76,10 @@ class LedgerFile:
         """Record a delivery or a job run starting (``at``: when, default now)."""
         self._put("R", msg_id, attempt, f"{time.time() if at is None else at:.6f}", os.getpid())
 
+    def pulled(self, msg_id: str, attempt: int) -> None:
+        """Record a message a dispatcher pulled."""
+        self._put("P", msg_id, attempt, f"{time.time():.6f}", os.getpid())
+
     def acked(self, msg_id: str) -> None:
         """Record an ack that returned."""
         self._put("K", msg_id, f"{time.time():.6f}")
@@ -93,6 +101,7 @@ class Ledger:
     abort_asked: set[str] = field(default_factory=set)
     abort_answers: dict[str, str] = field(default_factory=dict)
     runs: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    pulls: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     acks: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     kills: list[tuple[float, float]] = field(default_factory=list)
 
@@ -103,7 +112,7 @@ class Ledger:
         for path in sorted(directory.glob("*.log")):
             for line in path.read_text(errors="replace").splitlines():
                 led._line(line.split())
-        for times in led.runs.values():
+        for times in (*led.runs.values(), *led.pulls.values()):
             times.sort()
         led.kills.sort()
         return led
@@ -120,6 +129,8 @@ class Ledger:
                     self.abort_answers[f[1]] = f[2]
             elif f[0] == "R" and len(f) == 5:
                 self.runs[f[1]].append(float(f[3]))
+            elif f[0] == "P" and len(f) == 5:
+                self.pulls[f[1]].append(float(f[3]))
             elif f[0] == "K" and len(f) == 3:
                 self.acks[f[1]].append(float(f[2]))
             elif f[0] == "X" and len(f) == 3:
@@ -145,7 +156,8 @@ def account(led: Ledger, aborted_now: Callable[[Iterable[str]], set[str]]) -> di
         ``duplicates`` (deliveries beyond the first, each classified as one of the three
         ``dup_*``),
         ``unacknowledged_ran`` (ran, but the producer never recorded the ack: it was
-        killed first), ``lost``, ``aborted_but_delivered``, ``dup_in_flight_at_kill``, ``dup_acked_before_kill``, ``dup_unexplained``,
+        killed first), ``pulled_again_after_kill`` (ids a dispatcher pulled again
+        after a kill, from ``P`` lines), ``lost``, ``aborted_but_delivered``, ``dup_in_flight_at_kill``, ``dup_acked_before_kill``, ``dup_unexplained``,
         ``kills`` and a few example ids.
     """
     acked = set(led.sends)
@@ -158,6 +170,11 @@ def account(led: Ledger, aborted_now: Callable[[Iterable[str]], set[str]]) -> di
     in_flight = acked_before = 0
     unexplained: list[str] = []
     dups = [i for i, ts in led.runs.items() if len(ts) > 1]
+    pulled_again = sum(
+        1
+        for ts in led.pulls.values()
+        if any(led.kill_between(a, b) for a, b in itertools.pairwise(ts))
+    )
     for msg_id in dups:
         times = led.runs[msg_id]
         for first, second in itertools.pairwise(times):
@@ -177,6 +194,7 @@ def account(led: Ledger, aborted_now: Callable[[Iterable[str]], set[str]]) -> di
         "unacknowledged_ran": len(set(led.runs) - acked),
         "lost": len(lost),
         "aborted_but_delivered": len(aborted_delivered),
+        "pulled_again_after_kill": pulled_again,
         "duplicates": sum(len(led.runs[i]) - 1 for i in dups),
         "dup_in_flight_at_kill": in_flight,
         "dup_acked_before_kill": acked_before,

@@ -66,3 +66,14 @@ def test_duplicates_are_classified_by_the_kills_between_them(tmp_path: Path) -> 
     assert (fig["dup_in_flight_at_kill"], fig["dup_acked_before_kill"]) == (1, 1)
     assert fig["dup_unexplained"] == 1 and fig["examples"]["dup_unexplained"] == ["m3"]
     assert fig["unacknowledged_ran"] == 0 and fig["kills"] == 1
+
+
+def test_a_message_pulled_again_after_a_kill_is_counted_apart_from_runs(tmp_path: Path) -> None:
+    lines = (
+        "S m1 k1 1.0\nS m2 k2 1.0\n"
+        "P m1 1 2.0 9\nP m1 1 6.0 10\nR m1 1 2.1 77\n"  # re-read after the kill, ran once
+        "P m2 1 5.0 10\nP m2 2 5.5 10\nR m2 1 5.1 77\n"  # no kill between the pulls
+    )
+    fig = account(ledger(tmp_path, lines, kills=[(3.0, 4.0)]), nothing_aborted)
+    assert fig["pulled_again_after_kill"] == 1
+    assert fig["duplicates"] == 0 and fig["ran"] == 2
