@@ -208,6 +208,7 @@ class GoodClient(threading.Thread):
         self.errors: list[str] = []
 
     def run(self) -> None:
+        """Round trips until :attr:`stop` is set; errors are kept, not raised."""
         while not self.stop.is_set():
             t0 = time.perf_counter()
             try:

@@ -64,6 +64,7 @@ class Producer(threading.Thread):
         self.sent = 0
 
     def run(self) -> None:
+        """Send, journal, abort, until :attr:`stop` is set."""
         recent: deque[tuple[str, str]] = deque(maxlen=ABORT_LAG)
         t0 = time.monotonic()
         while not self.stop.is_set():
@@ -100,6 +101,7 @@ class Recorder(threading.Thread):
         self.delivered = 0
 
     def run(self) -> None:
+        """Pull, record, ack, until :attr:`stop` is set."""
         while not self.stop.is_set():
             try:
                 got = self.consumer.pull(max_messages=64, wait_ms=200)

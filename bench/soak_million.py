@@ -80,10 +80,12 @@ class Pacer:
         self.cond = threading.Condition()
 
     def wait_room(self, sent: int) -> None:
+        """Block until fewer than ``outstanding`` of ``sent`` are unacked (60 s at most)."""
         with self.cond:
             self.cond.wait_for(lambda: sent - self.acked < self.outstanding, timeout=60)
 
     def add(self, n: int) -> None:
+        """Count ``n`` more acked and wake the producer."""
         with self.cond:
             self.acked += n
             self.cond.notify_all()
