@@ -49,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window-s", type=float, default=60.0)
     parser.add_argument("--lead-s", type=float, default=15.0, help="first due time after start")
     parser.add_argument("--fault-at-s", type=float, default=15.0, help="after the first due time")
+    parser.add_argument("--cut-s", type=float, default=20.0, help="how long partition_b lasts")
     parser.add_argument("--job-ms", type=int, default=20, help="how long each job works")
     parser.add_argument("--keep", action="store_true", help="keep the logs and ledgers")
     args = parser.parse_args(argv)
@@ -59,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             root = tmp / f"{broker}-{fault}"
             plan = Plan(broker, fault, count=args.count, window_s=args.window_s,
                         lead_s=args.lead_s, fault_at_s=args.fault_at_s,
-                        job_ms=args.job_ms)  # fmt: skip
+                        job_ms=args.job_ms, cut_s=args.cut_s)  # fmt: skip
             load_before = os.getloadavg()[0]
             with Lab(root) as lab:
                 verdict = run_scenario(lab, root, plan)

@@ -4,7 +4,8 @@ Each run appends one JSON line when it starts to its process's ledger,
 ``$NETNS_RUNS/<host>-<pid>.jsonl``: the job (``j``), key (``k``), message id
 (``m``), attempt (``a``), host (``h``), pid (``p``), start time in epoch ms
 (``t``), and the due time (``d``, the keyed job's) or occurrence (``f``, the
-interval job's). Lines are short and written with one ``O_APPEND`` ``write``,
+interval job's); a keyed job writes a second line when it ends (``e``: 1), so a
+run cut short by a ``kill -9`` shows as a start without an end. Lines are short and written with one ``O_APPEND`` ``write``,
 so the job threads of one process never interleave them, and a ``kill -9``
 loses no line a run finished writing. The broker URL is the environment's
 ``CHRONOQ_BROKER_URL``.
@@ -63,9 +64,10 @@ def _record(job: str, **fields: Any) -> None:
 
 @app.job(name=WORK)
 def work(key: str, due_ms: int) -> None:
-    """One keyed job: records its start, then works :data:`JOB_MS_ENV` ms."""
+    """One keyed job: records its start, works :data:`JOB_MS_ENV` ms, records its end."""
     _record(WORK, k=key, d=due_ms)
     time.sleep(int(os.environ.get(JOB_MS_ENV, "0")) / 1000)
+    _record(WORK, k=key, e=1)
 
 
 # No misfire limit and every missed occurrence run: an outage must not skip one.

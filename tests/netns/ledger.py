@@ -1,6 +1,8 @@
 """What the ledgers of a namespaced-hosts run say: lost, cancelled-but-ran,
 duplicated (and whether a fault explains each), interval occurrences, rejoins.
 
+A keyed job ran when a run of it *ended*; it is duplicated when it *started* more
+than once (a run cut short by a kill counts: its job started again elsewhere).
 Input: the producer's answers (``producer.json``, see :mod:`tests.netns.producer`)
 and every ``<host>-<pid>.jsonl`` of :mod:`tests.netns.app`. All hosts share the
 machine's clock, so start times from different hosts compare directly.
@@ -138,7 +140,11 @@ def judge(producer: dict[str, Any], runs: list[dict[str, Any]], fault: Fault) ->
     hosts: dict[str, int] = defaultdict(int)
     after: dict[str, int] = defaultdict(int)
     end = max(fault.end_ms, fault.start_ms)
+    done: set[str] = set()
     for run in runs:
+        if run.get("e"):
+            done.add(run["k"])
+            continue
         hosts[run["h"]] += 1
         if fault.kind != "none" and run["t"] > end:
             after[run["h"]] += 1
@@ -148,7 +154,7 @@ def judge(producer: dict[str, Any], runs: list[dict[str, Any]], fault: Fault) ->
             fires[run["f"]] += 1
     v.runs_by_host, v.runs_after_fault = dict(hosts), dict(after)
     v.ran = sum(len(r) for r in by_key.values())
-    v.lost = sorted(expected - set(by_key))
+    v.lost = sorted(expected - done)  # a run counts once it ended
     v.cancelled_ran = sorted(aborted & set(by_key))
     retaken: list[int] = []
     for key, key_runs in by_key.items():

@@ -1,8 +1,8 @@
 """Four dispatchers on two namespaced hosts, a broker on a third, one fault per test.
 
 Run with ``.venv/bin/pytest -m slow tests/netns -p no:randomly -s`` (``-s`` shows
-each test's figures). Each test schedules :attr:`Plan.count` = 4,000 keyed jobs
-due over 40 s (the issue's 50,000 over 60 s is ``bench/netns_faults.py``: too much
+each test's figures). Each test schedules :attr:`Plan.count` = 4,000 keyed jobs of
+100 ms due over 40 s (the issue's 50,000 over 60 s is ``bench/netns_faults.py``: too much
 for a test on 2 shared cores) and cancels every 10th; see
 :mod:`tests.netns.scenario` for the faults and :mod:`tests.netns.ledger` for the
 rules every run must keep.
