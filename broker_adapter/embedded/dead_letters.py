@@ -31,16 +31,13 @@ again until 0 does not walk what was requeued before.
 
 from __future__ import annotations
 
-import base64
-import binascii
-
 from broker_adapter.base import dead_letter_topic, retry_topic
+from broker_adapter.cursors import PositionCursor
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.group_registry import GroupRegistry
 from broker_adapter.embedded.query import MessageQuery
 from broker_adapter.embedded.records import record_id, with_topic_and_attempts
-from broker_adapter.errors import InvalidArgument
 from broker_adapter.results import DeadLetterPage, MessageView
 
 #: Most dead-letter copies one page looks at.
@@ -48,33 +45,15 @@ SCAN_BUDGET = 5_000
 #: Dead letters per write batch (and per hold of the broker lock).
 CHUNK = 250
 
-_TAG = "ed1"  # embedded dead-letter cursor, version 1
 _DEAD, _REQUEUED, _PURGED = b"D", b"R", b"X"
 
-
-def encode_cursor(position: bytes) -> str:
-    """The opaque, url-safe cursor of a page whose next one starts at ``position``."""
-    return _TAG + base64.urlsafe_b64encode(position).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> bytes:
-    """The wheel-key position a cursor of :func:`encode_cursor` names.
-
-    :raises InvalidArgument: for anything else.
-    """
-    position = b""
-    if cursor.startswith(_TAG):
-        try:
-            position = base64.urlsafe_b64decode(cursor[len(_TAG) :] + "==")
-        except (binascii.Error, ValueError):
-            position = b""
-    if len(position) not in (16, 17):
-        raise InvalidArgument(
-            f"malformed cursor {cursor!r}: pass back the cursor of the previous page of "
-            "this broker's dead_letters (or none for the first page)"
-        )
-    return position
-
+# embedded dead-letter cursor, version 1: a DLQ wheel key (16) or one past it (17)
+_CURSOR = PositionCursor("ed1", "dead_letters", (16, 17))
+#: The opaque, url-safe cursor of a page whose next one starts at a position.
+encode_cursor = _CURSOR.encode
+#: The wheel-key position a cursor of :func:`encode_cursor` names (``InvalidArgument``
+#: for anything else).
+decode_cursor = _CURSOR.decode
 
 #: (ready key of the DLQ copy, note key, note, record)
 _Dead = tuple[bytes, bytes, bytes, bytes]

@@ -22,14 +22,12 @@ order, so a cursor of one serves the other:
 
 from __future__ import annotations
 
-import base64
-import binascii
-
+from broker_adapter.cursors import PositionCursor
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.query import MessageQuery
 from broker_adapter.embedded.records import key_and_tags, record_id, record_tid
-from broker_adapter.errors import InvalidArgument, UnknownTopic
+from broker_adapter.errors import UnknownTopic
 from broker_adapter.results import PendingPage
 
 #: Most wheel entries one call scans.
@@ -37,35 +35,17 @@ SCAN_BUDGET = 5_000
 #: Most keys under a prefix for which a call locates each key's message instead.
 NARROW_KEYS = 2_000
 
-_TAG = "e1"  # embedded cursor, version 1
 _END = b"\xff" * 17
 
 #: (wheel key, record)
 _Row = tuple[bytes, bytes]
 
-
-def encode_cursor(position: bytes) -> str:
-    """The opaque, url-safe cursor of the page whose next one starts at ``position``."""
-    return _TAG + base64.urlsafe_b64encode(position).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> bytes:
-    """The position a cursor of :func:`encode_cursor` names.
-
-    :raises InvalidArgument: for anything else.
-    """
-    position = b""
-    if cursor.startswith(_TAG):
-        try:
-            position = base64.urlsafe_b64decode(cursor[len(_TAG) :] + "==")
-        except (binascii.Error, ValueError):
-            position = b""
-    if len(position) not in (16, 17):
-        raise InvalidArgument(
-            f"malformed cursor {cursor!r}: pass back the cursor of the previous page of "
-            "this broker's find_pending (or none for the first page)"
-        )
-    return position
+# embedded cursor, version 1: a wheel key (16) or one past it (17)
+_CURSOR = PositionCursor("e1", "find_pending", (16, 17))
+#: The opaque, url-safe cursor of the page whose next one starts at a position.
+encode_cursor = _CURSOR.encode
+#: The position a cursor of :func:`encode_cursor` names (``InvalidArgument`` for anything else).
+decode_cursor = _CURSOR.decode
 
 
 class PendingFinder:

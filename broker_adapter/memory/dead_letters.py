@@ -14,11 +14,10 @@ per ~65 s span of due time: exact, at the cost of the spans a call covers.
 
 from __future__ import annotations
 
-import base64
 import itertools
 import struct
 
-from broker_adapter.errors import InvalidArgument
+from broker_adapter.cursors import PositionCursor
 from broker_adapter.memory.groups import MemoryGroup
 from broker_adapter.memory.records import Copy
 from broker_adapter.memory.store import MemoryStore
@@ -27,13 +26,14 @@ from broker_adapter.results import DeadLetterPage, MessageState, MessageView, Pe
 #: Most dead-letter log entries one page looks at.
 SCAN_BUDGET = 5_000
 
-_CURSOR = struct.Struct(">Q")
-_TAG = "md1"  # memory dead-letter cursor, version 1
+_INDEX = struct.Struct(">Q")
+# memory dead-letter cursor, version 1: a log index
+_CURSOR = PositionCursor("md1", "dead_letters", (_INDEX.size,))
 
 
 def encode_cursor(index: int) -> str:
     """The opaque, url-safe cursor of a page whose next one starts at log ``index``."""
-    return _TAG + base64.urlsafe_b64encode(_CURSOR.pack(index)).decode().rstrip("=")
+    return _CURSOR.encode(_INDEX.pack(index))
 
 
 def decode_cursor(cursor: str) -> int:
@@ -41,15 +41,7 @@ def decode_cursor(cursor: str) -> int:
 
     :raises InvalidArgument: for anything else.
     """
-    try:
-        if not cursor.startswith(_TAG):
-            raise ValueError(cursor)
-        (index,) = _CURSOR.unpack(base64.urlsafe_b64decode(cursor[len(_TAG) :] + "=="))
-    except (ValueError, struct.error) as e:
-        raise InvalidArgument(
-            f"malformed cursor {cursor!r}: pass back the cursor of the previous page of "
-            "this broker's dead_letters (or none for the first page)"
-        ) from e
+    (index,) = _INDEX.unpack(_CURSOR.decode(cursor))
     return int(index)
 
 

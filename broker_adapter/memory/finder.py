@@ -14,11 +14,11 @@ due time: a narrow prefix costs its own keys, not the store's.
 
 from __future__ import annotations
 
-import base64
 import struct
 from collections.abc import Iterator
 
-from broker_adapter.errors import InvalidArgument, UnknownTopic
+from broker_adapter.cursors import PositionCursor
+from broker_adapter.errors import UnknownTopic
 from broker_adapter.memory.due_index import Position
 from broker_adapter.memory.records import Copy
 from broker_adapter.memory.store import MemoryStore
@@ -28,15 +28,15 @@ from broker_adapter.results import PendingPage
 #: Most pending messages one call looks at.
 SCAN_BUDGET = 5_000
 
-_CURSOR = struct.Struct(">QQ")
-_TAG = "m1"  # memory cursor, version 1
+_POSITION = struct.Struct(">QQ")
+# memory cursor, version 1: a (due ms, seq) position
+_CURSOR = PositionCursor("m1", "find_pending", (_POSITION.size,))
 _START: Position = (0, -1)
 
 
 def encode_cursor(position: Position) -> str:
     """The opaque, url-safe cursor of a page that ends at ``position``."""
-    raw = base64.urlsafe_b64encode(_CURSOR.pack(*position)).decode().rstrip("=")
-    return _TAG + raw
+    return _CURSOR.encode(_POSITION.pack(*position))
 
 
 def decode_cursor(cursor: str) -> Position:
@@ -44,16 +44,7 @@ def decode_cursor(cursor: str) -> Position:
 
     :raises InvalidArgument: for anything else.
     """
-    try:
-        if not cursor.startswith(_TAG):
-            raise ValueError(cursor)
-        raw = base64.urlsafe_b64decode(cursor[len(_TAG) :] + "==")
-        due, seq = _CURSOR.unpack(raw)
-    except (ValueError, struct.error) as e:
-        raise InvalidArgument(
-            f"malformed cursor {cursor!r}: pass back the cursor of the previous page of "
-            "this broker's find_pending (or none for the first page)"
-        ) from e
+    due, seq = _POSITION.unpack(_CURSOR.decode(cursor))
     return int(due), int(seq)
 
 
