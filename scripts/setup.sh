@@ -32,6 +32,7 @@ if [ "$profile" = "all" ] && [ "${CHRONOQ_SKIP_APT:-}" != "1" ]; then
     command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+    command -v ip >/dev/null 2>&1 || missing+=(iproute2) # tests/netns: ip netns, veth, bridge
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
     if command -v apt-get >/dev/null 2>&1; then
