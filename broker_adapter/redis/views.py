@@ -90,40 +90,44 @@ def record_view(msg_id: str, record: bytes) -> MessageView:
     )
 
 
-def pending_view(msg_id: str, row: Sequence[Any], body: bytes | None = None) -> MessageView:
-    """A ``PENDING`` view from a ``pending.lua`` or ``find.lua`` row
-    ``(n, due, topic, born, key, tags, body size, deliveries)``, with ``body`` if given."""
+def _row_view(
+    msg_id: str,
+    row: Sequence[Any],
+    state: MessageState,
+    body: bytes | None,
+    groups: Mapping[str, MessageState] | None = None,
+    error: str | None = None,
+) -> MessageView:
+    """A view from a Lua row whose first eight fields are ``(n, time, topic, born, key,
+    tags, body size, deliveries)`` (``pending.lua``, ``find.lua``, ``dead.lua``)."""
     return MessageView(
         msg_id=msg_id,
         topic=row[2].decode(),
-        state=MessageState.PENDING,
+        state=state,
         deliver_at_ms=int(row[1]),
         born_ms=int(row[3] or 0),
         attempts=int(row[7]),
         key=_text(row[4] or None),
         tags=_text(row[5] or None),
         body_size=int(row[6]),
+        groups={} if groups is None else groups,
+        error=error,
         body=body,
     )
+
+
+def pending_view(msg_id: str, row: Sequence[Any], body: bytes | None = None) -> MessageView:
+    """A ``PENDING`` view from a ``pending.lua`` or ``find.lua`` row
+    ``(n, due, topic, born, key, tags, body size, deliveries)``, with ``body`` if given."""
+    return _row_view(msg_id, row, MessageState.PENDING, body)
 
 
 def dead_view(msg_id: str, group: str, row: Sequence[Any], with_body: bool) -> MessageView:
     """A ``DEAD`` view from a ``dead.lua`` row ``(n, death, topic, born, key, tags, body
     size, deliveries, body, error)`` (the body only ``with_body``)."""
-    return MessageView(
-        msg_id=msg_id,
-        topic=row[2].decode(),
-        state=MessageState.DEAD,
-        deliver_at_ms=int(row[1]),
-        born_ms=int(row[3] or 0),
-        attempts=int(row[7]),
-        key=_text(row[4] or None),
-        tags=_text(row[5] or None),
-        body_size=int(row[6]),
-        groups={group: MessageState.DEAD},
-        error=_text(row[9] or None),
-        body=bytes(row[8]) if with_body else None,
-    )
+    body = bytes(row[8]) if with_body else None
+    error = _text(row[9] or None)
+    return _row_view(msg_id, row, MessageState.DEAD, body, {group: MessageState.DEAD}, error)
 
 
 def build_stats(hashes: Sequence[Mapping[bytes, bytes]]) -> BrokerStats:
