@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from broker_adapter.errors import InvalidArgument
 from broker_adapter.extras import require
+from broker_adapter.listen import check_bind, is_loopback
 
 #: The prefix of every chronoq metric name.
 METRIC_PREFIX = "chronoq_"
@@ -115,18 +115,16 @@ def serve_metrics(
     :raises MissingExtra: without ``prometheus_client`` (``chronoq[metrics]``).
     :raises OSError: when the port cannot be bound (in use, no permission).
     """
-    from broker_adapter.server.server import is_loopback  # a resolver call; only here
-
-    loopback = is_loopback(host)
-    if not loopback and not token:
-        raise InvalidArgument(
-            f"refusing to serve metrics on {host!r} without a token: anyone who can reach "
-            "it could read them; set CHRONOQ_TOKEN (scrapers then send 'Authorization: "
-            "Bearer <token>') or bind 127.0.0.1"
-        )
+    check_bind(
+        host,
+        token,
+        f"refusing to serve metrics on {host!r} without a token: anyone who can reach "
+        "it could read them; set CHRONOQ_TOKEN (scrapers then send 'Authorization: "
+        "Bearer <token>') or bind 127.0.0.1",
+    )
     exposition = require("prometheus_client.exposition", "metrics", feature)
     app: _WsgiApp = exposition.make_wsgi_app(registry)
-    if not loopback and token:
+    if token and not is_loopback(host):
         app = _with_token(app, token)
 
     server_class: type[WSGIServer] = _ThreadingServer

@@ -23,8 +23,9 @@ import socket
 import sys
 from typing import Any
 
-from broker_adapter.errors import ChronoqError
+from broker_adapter.errors import ChronoqError, InvalidArgument
 from broker_adapter.extras import require
+from broker_adapter.listen import add_listen_options, check_bind
 from scheduler.settings import DEFAULT_BROKER_URL
 
 #: The default TCP port.
@@ -39,19 +40,7 @@ def add_parser(sub: Any) -> None:
         default=os.environ.get("CHRONOQ_BROKER_URL") or DEFAULT_BROKER_URL,
         help="broker URL (default: $CHRONOQ_BROKER_URL or %(default)s)",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
-    p.add_argument(
-        "--port",
-        type=int,
-        default=DEFAULT_PORT,
-        help="TCP port, 0 for a free one (default %(default)s)",
-    )
-    p.add_argument(
-        "--token",
-        default=os.environ.get("CHRONOQ_TOKEN") or None,
-        help="token API calls must send (default: $CHRONOQ_TOKEN); required for a "
-        "non-loopback --host",
-    )
+    add_listen_options(p, DEFAULT_PORT, "token API calls must send")
     p.add_argument("--trace-dir", metavar="DIR", help="delivery trace for the lateness page")
     p.add_argument(
         "--allowed-host",
@@ -86,13 +75,15 @@ def _listen(host: str, port: int) -> socket.socket:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``chronoq dashboard`` until SIGTERM/SIGINT; the exit status."""
-    from broker_adapter.server.server import is_loopback  # only this command needs it
-
-    if not args.token and not is_loopback(args.host):
-        return _fail(
+    try:
+        check_bind(
+            args.host,
+            args.token,
             f"--host {args.host} is not a loopback address: give a --token (or set "
-            "CHRONOQ_TOKEN), or bind 127.0.0.1"
+            "CHRONOQ_TOKEN), or bind 127.0.0.1",
         )
+    except InvalidArgument as e:
+        return _fail(str(e))
     if not 0 <= args.port <= 65535:
         return _fail(f"--port {args.port}: give 0..65535")
     try:

@@ -24,6 +24,7 @@ from typing import Any
 
 from broker_adapter.embedded.backup import timestamped
 from broker_adapter.errors import ChronoqError
+from broker_adapter.listen import add_listen_options
 from broker_adapter.server.admission import (
     DEFAULT_HELLO_TIMEOUT_S,
     DEFAULT_MAX_PER_PEER,
@@ -54,19 +55,7 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
 def configure_parser(p: argparse.ArgumentParser) -> None:
     """Add the ``serve`` options to ``p``."""
     p.add_argument("--data-dir", required=True, help="the broker's RocksDB directory")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
-    p.add_argument(
-        "--port",
-        type=int,
-        default=DEFAULT_PORT,
-        help="TCP port, 0 for a free one (default %(default)s)",
-    )
-    p.add_argument(
-        "--token",
-        default=os.environ.get("CHRONOQ_TOKEN") or None,
-        help="token clients must present (default: $CHRONOQ_TOKEN); required "
-        "for a non-loopback --host",
-    )
+    add_listen_options(p, DEFAULT_PORT, "token clients must present")
     p.add_argument(
         "--metrics-port", type=int, help="serve Prometheus metrics on this port (same --host)"
     )

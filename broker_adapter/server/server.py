@@ -23,7 +23,6 @@ the same ``rocksdb://`` URL (:mod:`broker_adapter.shared`).
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import os
 import secrets
@@ -41,6 +40,7 @@ from broker_adapter.clock import ManualClock
 from broker_adapter.embedded.broker import EmbeddedBroker
 from broker_adapter.embedded.consumer import EmbeddedConsumer
 from broker_adapter.errors import InvalidArgument
+from broker_adapter.listen import check_bind
 from broker_adapter.server import protocol as P
 from broker_adapter.server.acceptor import Acceptor
 from broker_adapter.server.admission import (
@@ -67,18 +67,6 @@ DEFAULT_MAX_INFLIGHT = 128
 #: Threads running slow requests (``abort_prefix``) at once, all connections together.
 SLOW_THREADS = 4
 NODE_FILE = "chronoq-node-id"
-
-
-def is_loopback(host: str) -> bool:
-    """Whether every address ``host`` resolves to is a loopback address."""
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    addrs = {info[4][0] for info in infos}
-    return bool(addrs) and all(
-        ipaddress.ip_address(str(a).split("%")[0]).is_loopback for a in addrs
-    )
 
 
 class BrokerServer:
@@ -122,10 +110,12 @@ class BrokerServer:
         max_unauthenticated: int = DEFAULT_MAX_UNAUTHENTICATED,
         hello_timeout_s: float = DEFAULT_HELLO_TIMEOUT_S,
     ) -> None:
-        if not token and unix_path is None and not is_loopback(host):
-            raise InvalidArgument(
+        if unix_path is None:
+            check_bind(
+                host,
+                token,
                 f"refusing to bind {host!r} without a token: anyone who can reach it could "
-                "send and abort messages; pass --token (or CHRONOQ_TOKEN) or bind 127.0.0.1"
+                "send and abort messages; pass --token (or CHRONOQ_TOKEN) or bind 127.0.0.1",
             )
         check_positive_settings(
             max_connections=max_connections,

@@ -11,11 +11,12 @@ import pytest
 
 from broker_adapter import open_broker
 from broker_adapter.errors import AuthenticationFailed, ConnectionFailed, InvalidArgument
+from broker_adapter.listen import is_loopback
 from broker_adapter.message import Message
 from broker_adapter.server import protocol as P
 from broker_adapter.server import values as V
 from broker_adapter.server.client import RemoteBroker
-from broker_adapter.server.server import BrokerServer, is_loopback
+from broker_adapter.server.server import BrokerServer
 from tests.server.conftest import TOKEN
 from tests.server.serverproc import ROOT, ServerProcess
 
