@@ -29,16 +29,14 @@ import shutil
 import sys
 import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: the checkout's root on sys.path
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.dashboard_page import GROUP, dead_letters, fill, start_dashboard
+from bench.dashboard_page import GROUP, populate, start_dashboard, stop_dashboard
 from bench.stats import ms, num, percentiles, print_block
 from broker_adapter import open_broker
-from scheduler.scheduler import Scheduler
 from tests.dashboard.browser import Browser
 
 #: Each page's hash route and the in-page condition of "its data is shown".
@@ -119,14 +117,7 @@ def main() -> None:
     browser = None
     try:
         now = int(time.time() * 1000)
-        rate = fill(broker, args.pending, now)
-        dead_letters(broker, 20)
-        app = Scheduler(broker)
-        handle = app.job(name="job0")(lambda *a, **k: None)
-        for s in range(50):
-            app.schedules.add(f"tenant-{s}", handle, every=timedelta(minutes=5), args=(s,))
-        app.close()
-        some_id = broker.find_pending("orders", key_prefix="tenant:7:", limit=1).messages[0].msg_id
+        rate, some_id = populate(broker, args.pending, now)
         print_block(
             "fill", [("pending", num(args.pending)), ("batched sends", f"{num(rate)} msgs/s")]
         )
@@ -171,10 +162,7 @@ def main() -> None:
         if browser is not None:
             browser.close()
         if proc is not None:
-            proc.terminate()
-            proc.wait(30)
-            if proc.stdout is not None:
-                proc.stdout.close()
+            stop_dashboard(proc)
         broker.close()
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as a script: the checkout's root on sys.pat
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.stats import mb, ms, num, percentiles, print_block, proc_status
-from broker_adapter import Message, open_broker
+from broker_adapter import BrokerAdapter, Message, open_broker
 from scheduler.jobcall import JobCall
 from scheduler.scheduler import Scheduler
 
@@ -116,6 +116,29 @@ def start_dashboard(url: str, log: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, m.group(1) + "/"
 
 
+def populate(broker: BrokerAdapter, n: int, now_ms: int) -> tuple[float, str]:
+    """What the dashboard benches read: ``n`` pending runs (:func:`fill`), 20 dead
+    letters of ``GROUP``, 50 stored schedules; the fill rate (msgs/s) and the id of
+    one pending run."""
+    rate = fill(broker, n, now_ms)
+    dead_letters(broker, 20)
+    app = Scheduler(broker)
+    handle = app.job(name="job0")(lambda *a, **k: None)
+    for s in range(50):
+        app.schedules.add(f"tenant-{s}", handle, every=timedelta(minutes=5), args=(s,))
+    app.close()
+    some_id = broker.find_pending("orders", key_prefix="tenant:7:", limit=1).messages[0].msg_id
+    return rate, some_id
+
+
+def stop_dashboard(proc: subprocess.Popen[str]) -> None:
+    """Stop a dashboard of :func:`start_dashboard` and close its stdout."""
+    proc.terminate()
+    proc.wait(30)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 def time_get(http: httpx.Client, url: str, n: int) -> tuple[dict[str, float | None], int, int]:
     """Percentiles (ms) of ``n`` GETs of ``url`` after 3 warm-ups, the answer's size
     and its status."""
@@ -143,14 +166,7 @@ def main() -> None:
     proc = None
     try:
         now = int(time.time() * 1000)
-        rate = fill(broker, args.pending, now)
-        dead_letters(broker, 20)
-        app = Scheduler(broker)
-        handle = app.job(name="job0")(lambda *a, **k: None)
-        for s in range(50):
-            app.schedules.add(f"tenant-{s}", handle, every=timedelta(minutes=5), args=(s,))
-        app.close()
-        some_id = broker.find_pending("orders", key_prefix="tenant:7:", limit=1).messages[0].msg_id
+        rate, some_id = populate(broker, args.pending, now)
         if args.dashboard_owns:
             broker.close()
         print_block(
@@ -221,10 +237,7 @@ def main() -> None:
         )
     finally:
         if proc is not None:
-            proc.terminate()
-            proc.wait(30)
-            if proc.stdout is not None:
-                proc.stdout.close()
+            stop_dashboard(proc)
         broker.close()
         if sys.exc_info()[0] is not None:  # show why the dashboard failed
             sys.stderr.write((tmp / "dashboard.log").read_text()[-3000:])
