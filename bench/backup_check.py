@@ -25,13 +25,12 @@ import argparse
 import os
 import shutil
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from bench.stats import dir_bytes, format_percentiles, mb, percentiles
+from bench.firing_load import FiringLoad
+from bench.stats import dir_bytes, mb
 from broker_adapter import Message
-from broker_adapter.base import Consumer
 from broker_adapter.embedded.broker import EmbeddedBroker
 from broker_adapter.embedded.check import check_directory
 
@@ -45,19 +44,6 @@ def now_ms() -> float:
 
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def consume(
-    c: Consumer, stop: threading.Event, got: list[tuple[float, int]], ready: threading.Event
-) -> None:
-    """Pull and ack until ``stop``; record ``(receive ms, due ms)`` of each message."""
-    ready.set()
-    while not stop.is_set():
-        batch = c.pull(256, 100)
-        at = now_ms()
-        got.extend((at, m.deliver_at_ms) for m in batch)
-        if batch:
-            c.ack_batch(batch)
 
 
 def fill(broker: EmbeddedBroker, n: int) -> None:
@@ -81,44 +67,19 @@ def fill(broker: EmbeddedBroker, n: int) -> None:
 
 
 def backup_under_load(broker: EmbeddedBroker, dest: Path, fire_rate: int) -> None:
-    lead_ms, window_ms = 2_000, 10_000
-    load_start = int(now_ms()) + lead_ms
-    count = fire_rate * window_ms // 1_000
-    for start in range(0, count, 1_000):
-        broker.send_batch(
-            [
-                Message(LOAD_TOPIC, b"l", deliver_at_ms=load_start + i * 1_000 // fire_rate)
-                for i in range(start, min(start + 1_000, count))
-            ]
-        )
-    c = broker.consumer("bench-backup", [LOAD_TOPIC], max_inflight=10_000)
-    got: list[tuple[float, int]] = []
-    stop, ready = threading.Event(), threading.Event()
-    t = threading.Thread(target=consume, args=(c, stop, got, ready), daemon=True)
-    t.start()
-    ready.wait(10)
-    time.sleep(max(load_start + 4_000 - now_ms(), 0) / 1000)  # 4 s into the load
+    load = FiringLoad(broker, LOAD_TOPIC, "bench-backup", fire_rate, 10_000)
+    load.sleep_into(4_000)
     a0 = now_ms()
     info = broker.backup(dest)
     a1 = now_ms()
-    deadline = time.monotonic() + window_ms / 1000 + 15
-    while len(got) < count and time.monotonic() < deadline:
-        time.sleep(0.1)
-    stop.set()
-    t.join(10)
-    c.close()
-    during = [at - due for at, due in got if a0 <= due <= a1]
-    before = [at - due for at, due in got if due < a0]
+    got = load.finish()
     rate = info.size_bytes / 1e6 / info.seconds
     print(
         f"  backup              {mb(info.size_bytes)} in {info.files} files, "
         f"{info.seconds:.2f} s ({rate:,.0f} MB/s)"
     )
-    print(f"  fire lateness ms during the backup ({len(during):,} fired, {fire_rate:,}/s):")
-    print(f"      {format_percentiles(percentiles(during))}")
-    print(f"  fire lateness ms before it (baseline, {len(before):,} fired):")
-    print(f"      {format_percentiles(percentiles(before))}")
-    print(f"  load messages       {len(got):,} of {count:,} delivered")
+    load.report("the backup", a0, a1)
+    print(f"  load messages       {got:,} of {load.count:,} delivered")
 
 
 def check(dest: Path) -> None:

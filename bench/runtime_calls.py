@@ -42,7 +42,6 @@ import random
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -51,9 +50,9 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.stats import format_percentiles, percentiles
+from bench.firing_load import FiringLoad
 from broker_adapter import Message, open_broker
-from broker_adapter.base import BrokerAdapter, Consumer
+from broker_adapter.base import BrokerAdapter
 
 TOPIC = "bench.runtime"
 LOAD_TOPIC = "bench.runtime.load"
@@ -172,19 +171,6 @@ def bench_find(broker: BrokerAdapter, max_pages: int, base: int) -> None:
         )
 
 
-def consume(
-    c: Consumer, stop: threading.Event, got: list[tuple[float, int]], ready: threading.Event
-) -> None:
-    """Pull and ack until ``stop``; record ``(receive ms, due ms)`` of each message."""
-    ready.set()
-    while not stop.is_set():
-        batch = c.pull(256, 100)
-        at = time.time() * 1000
-        got.extend((at, m.deliver_at_ms) for m in batch)
-        for m in batch:
-            c.ack(m)
-
-
 class GcPauses:
     """The garbage collector's passes in this process: ``(start ms, ms, generation)``."""
 
@@ -217,49 +203,24 @@ def bench_abort_prefix(broker: BrokerAdapter, n: int, fire_rate: int) -> None:
                 for i in range(start, min(start + 1_000, n))
             ]
         )
-    lead_ms, window_ms = 2_000, 12_000
-    load_start = now_ms() + lead_ms
-    count = fire_rate * window_ms // 1_000
-    for start in range(0, count, 1_000):
-        broker.send_batch(
-            [
-                Message(LOAD_TOPIC, b"l", deliver_at_ms=load_start + i * 1_000 // fire_rate)
-                for i in range(start, min(start + 1_000, count))
-            ]
-        )
-    c = broker.consumer("bench-runtime-load", [LOAD_TOPIC], max_inflight=10_000)
-    got: list[tuple[float, int]] = []
-    stop, ready = threading.Event(), threading.Event()
-    t = threading.Thread(target=consume, args=(c, stop, got, ready), daemon=True)
-    t.start()
-    ready.wait(10)
+    load = FiringLoad(broker, LOAD_TOPIC, "bench-runtime-load", fire_rate, 12_000, ack_each=True)
     pauses = GcPauses()
     gc.callbacks.append(pauses)
-    time.sleep(max(load_start + 4_000 - now_ms(), 0) / 1000)  # 4 s into the load
+    load.sleep_into(4_000)
     a0 = now_ms()
     t0 = time.perf_counter()
     result = broker.abort_prefix(TOPIC, "bulk:")
     took = time.perf_counter() - t0
     a1 = now_ms()
     gc.callbacks.remove(pauses)
-    deadline = time.monotonic() + window_ms / 1000 + 15
-    while len(got) < count and time.monotonic() < deadline:
-        time.sleep(0.1)
-    stop.set()
-    t.join(10)
-    c.close()
-    during = [at - due for at, due in got if a0 <= due <= a1]
-    before = [at - due for at, due in got if due < a0]
+    got = load.finish()
     print(
         f"  abort_prefix         {n:,} keys in {took:.2f} s ({n / took:,.0f} keys/s): "
         f"aborted {result.aborted:,}, already delivered {result.already_delivered_count}"
     )
-    print(f"  fire lateness ms during the abort ({len(during):,} fired, {fire_rate:,}/s):")
-    print(f"      {format_percentiles(percentiles(during))}")
-    print(f"  fire lateness ms before it (baseline, {len(before):,} fired):")
-    print(f"      {format_percentiles(percentiles(before))}")
+    load.report("the abort", a0, a1)
     print(f"  longest GC pass of this process during the abort: {pauses.longest(a0, a1)}")
-    print(f"  load messages       {len(got):,} of {count:,} delivered")
+    print(f"  load messages       {got:,} of {load.count:,} delivered")
 
 
 def run(url: str, label: str, args: argparse.Namespace) -> None:
