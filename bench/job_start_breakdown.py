@@ -21,11 +21,12 @@ settings: 8 pool threads, prefetch 32) on a thread; ``N`` jobs scheduled with
 * ``acked``: the ack returned (the hook's ``after_settle``).
 
 It prints, per stage, P50 / P99 / P99.9 / max in ms, and the lateness
-(``started - due``); then CPU: the process's user + system CPU from the end of
+(``started - due``); with ``--worst K`` the ``K`` latest starts with their due
+time and per-stage split (do they cluster in one stall?); then CPU: the process's user + system CPU from the end of
 scheduling to the last ack, per job, and per thread (psutil's per-thread times,
 named by ``threading``); the GC's collections and pauses meanwhile (``gc.callbacks``); with ``--profile N``, the
-top ``N`` functions by own time of each thread (the pool's together; cProfile,
-which slows them: read its shares, not its times). ``--metrics`` adds
+top ``N`` functions by own CPU time of each thread (the pool's together; cProfile
+timed by ``time.thread_time``, which slows them: read its shares, not its times). ``--metrics`` adds
 the ``JobMetrics`` hook ``chronoq run`` installs; ``--no-gc-tuning`` leaves out
 :func:`workers.gc_tuning.tune_gc`, which ``chronoq run`` calls. psutil comes with the ``bench``
 extra (``pip install 'chronoq[bench]'``).
@@ -111,7 +112,9 @@ class ThreadProfiles:
         # The first profile event of a new thread: replace this Python-level hook
         # with a C-level profiler for the rest of the thread's life.
         name = thread_group(threading.current_thread().name)
-        p = cProfile.Profile()
+        # Per-thread CPU as the timer: wall time would charge GIL waits to whatever
+        # function a thread was preempted in.
+        p = cProfile.Profile(time.thread_time)
         with self._lock:
             self.by_group.setdefault(name, []).append(p)
         p.enable()
@@ -154,9 +157,14 @@ def thread_cpu() -> dict[str, float]:
 
 
 def stage_rows(
-    dues: list[int], ids: list[str], body: Body, stamps: StageStamps
+    dues: list[int],
+    ids: list[str],
+    body: Body,
+    stamps: StageStamps,
+    worst: list[tuple[float, int, list[float]]],
 ) -> dict[str, list[float]]:
-    """Per stage, its duration per job (ms), from the timestamps."""
+    """Per stage, its duration per job (ms), from the timestamps; appends each started
+    job's (lateness, due, per-stage split) to ``worst``."""
     log = fire_log()
     assert log is not None
     rows: dict[str, list[float]] = {s: [] for s in (*STAGES, "lateness")}
@@ -170,14 +178,18 @@ def stage_rows(
             "acked": stamps.acked.get(mid),
         }
         prev = due / 1000
+        split: list[float] = []
         for stage in STAGES:
             now = t[stage]
             if now is None:
                 break
-            rows[stage].append((now - prev) * 1000)
+            split.append((now - prev) * 1000)
+            rows[stage].append(split[-1])
             prev = now
-        if t["started"] is not None:
-            rows["lateness"].append(t["started"] * 1000 - due)
+        started = t["started"]
+        if started is not None:
+            rows["lateness"].append(started * 1000 - due)
+            worst.append((started * 1000 - due, due, split))
     return rows
 
 
@@ -254,7 +266,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    rows = stage_rows(dues, ids, body, stamps)
+    worst: list[tuple[float, int, list[float]]] = []
+    rows = stage_rows(dues, ids, body, stamps, worst)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"== job_start_breakdown: N={args.n:,} due {args.due_from:g}-{args.due_to:g} s, "
@@ -273,6 +286,12 @@ def run(args: argparse.Namespace) -> int:
     ):
         pct = percentiles(rows[stage], (50.0, 99.0, 99.9))
         print(f"{label:<28}" + "".join(f"{ms(pct[p]):>8}" for p in PCTS) + f"   {len(rows[stage])}")
+    if args.worst:
+        first = min(dues)
+        print(f"the {args.worst} latest starts: due (s after the first), then each stage (ms)")
+        for late, due, split in sorted(worst, reverse=True)[: args.worst]:
+            parts = " ".join(f"{x:7.2f}" for x in split)
+            print(f"  late {late:7.2f}  due +{(due - first) / 1000:7.3f}s  {parts}")
     lost = args.n - len(rows["lateness"])
     print(f"lost {lost}, early {sum(1 for x in rows['lateness'] if x < 0)}")
     cpu = (c1.user + c1.system) - (c0.user + c0.system)
@@ -307,6 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=16)
     p.add_argument("--metrics", action="store_true", help="add the JobMetrics hook")
     p.add_argument("--no-gc-tuning", action="store_true", help="skip workers.gc_tuning")
+    p.add_argument("--worst", type=int, default=0, metavar="K", help="list the K latest")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile top N")
     return run(p.parse_args(argv))
 
