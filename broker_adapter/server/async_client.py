@@ -362,12 +362,10 @@ class AsyncRemoteBroker(AsyncAdapterBase):
             raise unknown
         takes = find_merge.plan(pages, limit)
         fetched = {}
-        for i, take in takes.items():
-            cut = pages[i]
-            if cut is not None and 0 < take < len(cut.messages):  # ask for just what goes out
-                again = {**args, "limit": take, "cursor": walks[i].cursor}
-                answer = await self._runtime(self.endpoints[i], "find_pending", again)
-                fetched[i] = V.decode_page(answer)
+        for i, (take, at) in find_merge.refetches(walks, pages, takes).items():
+            again = {**args, "limit": take, "cursor": at}  # just what goes out
+            answer = await self._runtime(self.endpoints[i], "find_pending", again)
+            fetched[i] = V.decode_page(answer)
         prefixes = [f"{ep.node}:" for ep in self.endpoints]
         views, walks = find_merge.finish(walks, pages, takes, fetched, prefixes)
         return PendingPage(views, find_merge.encode_cursor(walks))
@@ -393,12 +391,10 @@ class AsyncRemoteBroker(AsyncAdapterBase):
                 pages[i] = as_pending(V.decode_dead_page(answer))
         takes = find_merge.plan(pages, limit)
         fetched = {}
-        for i, take in takes.items():
-            cut = pages[i]
-            if cut is not None and 0 < take < len(cut.messages):
-                again = {**args, "limit": take, "cursor": walks[i].cursor}
-                answer = await self._runtime(self.endpoints[i], "dead_letters", again)
-                fetched[i] = as_pending(V.decode_dead_page(answer))
+        for i, (take, at) in find_merge.refetches(walks, pages, takes).items():
+            again = {**args, "limit": take, "cursor": at}  # just what goes out
+            answer = await self._runtime(self.endpoints[i], "dead_letters", again)
+            fetched[i] = as_pending(V.decode_dead_page(answer))
         prefixes = [f"{ep.node}:" for ep in self.endpoints]
         views, walks = find_merge.finish(walks, pages, takes, fetched, prefixes)
         return DeadLetterPage(views, find_merge.encode_cursor(walks))

@@ -194,12 +194,10 @@ class RemoteRuntimeCalls:
             raise unknown
         takes = find_merge.plan(pages, limit)
         fetched = {}
-        for i, take in takes.items():
-            cut = pages[i]
-            if cut is not None and 0 < take < len(cut.messages):  # ask for just what goes out
-                again = {**args, "limit": take, "cursor": walks[i].cursor}
-                answer = self._runtime(self.endpoints[i], "find_pending", again)
-                fetched[i] = V.decode_page(answer)
+        for i, (take, at) in find_merge.refetches(walks, pages, takes).items():
+            again = {**args, "limit": take, "cursor": at}  # just what goes out
+            answer = self._runtime(self.endpoints[i], "find_pending", again)
+            fetched[i] = V.decode_page(answer)
         prefixes = [f"{ep.node}:" for ep in self.endpoints]
         views, walks = find_merge.finish(walks, pages, takes, fetched, prefixes)
         return PendingPage(views, find_merge.encode_cursor(walks))

@@ -115,6 +115,20 @@ def _next_due(page: PendingPage, handed: int) -> float:
     return page.messages[-1].deliver_at_ms if page.messages else float("-inf")
 
 
+def refetches(
+    walks: list[Walk], pages: dict[int, PendingPage | None], takes: dict[int, int]
+) -> dict[int, tuple[int, str | None]]:
+    """Per endpoint whose page :func:`plan` cut (``0 < take < len``): the ``limit`` (the
+    take) and ``cursor`` (its walk's) to ask it again with, for just what goes out; the
+    answers are :func:`finish`'s ``fetched``."""
+    out = {}
+    for i, take in takes.items():
+        cut = pages[i]
+        if cut is not None and 0 < take < len(cut.messages):
+            out[i] = (take, walks[i].cursor)
+    return out
+
+
 def finish(
     walks: list[Walk],
     pages: dict[int, PendingPage | None],
@@ -169,4 +183,4 @@ def finish(
     return [v for _d, _i, v in views], out
 
 
-__all__ = ["Walk", "decode_cursor", "encode_cursor", "finish", "plan"]
+__all__ = ["Walk", "decode_cursor", "encode_cursor", "finish", "plan", "refetches"]
