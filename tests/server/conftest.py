@@ -31,3 +31,15 @@ def manual_server(tmp_path: Path) -> Iterator[ServerProcess]:
         yield proc
     finally:
         proc.kill()
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Two servers on the system clock, both with token :data:`TOKEN`."""
+    a = ServerProcess(tmp_path / "a", token=TOKEN).start()
+    b = ServerProcess(tmp_path / "b", token=TOKEN).start()
+    try:
+        yield a, b
+    finally:
+        a.kill()
+        b.kill()

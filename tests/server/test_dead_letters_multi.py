@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,17 +26,6 @@ pytestmark = pytest.mark.timeout(120)
 T = "t"
 G = "g"
 HOUR = 3_600_000
-
-
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    a = ServerProcess(tmp_path / "a", token=TOKEN).start()
-    b = ServerProcess(tmp_path / "b", token=TOKEN).start()
-    try:
-        yield a, b
-    finally:
-        a.kill()
-        b.kill()
 
 
 def _all_dead(broker: RemoteBroker, limit: int) -> list[MessageView]:

@@ -6,8 +6,6 @@ the page merge against a model of servers whose pages come short at random."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -22,17 +20,6 @@ from tests.server.conftest import TOKEN
 from tests.server.serverproc import ServerProcess
 
 HOUR = 3_600_000
-
-
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    a = ServerProcess(tmp_path / "a", token=TOKEN).start()
-    b = ServerProcess(tmp_path / "b", token=TOKEN).start()
-    try:
-        yield a, b
-    finally:
-        a.kill()
-        b.kill()
 
 
 def _url(a: ServerProcess, b: ServerProcess) -> str:
