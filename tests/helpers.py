@@ -7,6 +7,7 @@ rather than for a fixed time. None of these helpers asserts how fast anything is
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -21,6 +22,26 @@ T = TypeVar("T")
 
 #: Real-time bound for anything asynchronous to happen (not a performance claim).
 EVENTUALLY_S = 5.0
+
+
+#: The ``chronoq`` console script of this venv.
+CHRONOQ = str(Path(sys.executable).with_name("chronoq"))
+#: The project root.
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def chronoq(*argv: str) -> subprocess.CompletedProcess[str]:
+    """Run ``chronoq ARGV`` (the real console script) from the project root without the
+    caller's ``CHRONOQ_*`` variables; its output captured, its exit status not checked."""
+    return subprocess.run(
+        [CHRONOQ, *argv],
+        check=False,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CHRONOQ_")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def eventually(

@@ -5,29 +5,11 @@ back). Exit status: 0 done, 1 nothing requeued or purged, 2 bad input (nothing c
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from broker_adapter import Message, open_broker
 from broker_adapter.results import MessageState
-from tests.helpers import pull_one
-
-CHRONOQ = str(Path(sys.executable).with_name("chronoq"))
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def chronoq(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CHRONOQ, *argv],
-        check=False,
-        cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if not k.startswith("CHRONOQ_")},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from tests.helpers import chronoq, pull_one
 
 
 def test_list_requeue_and_purge_from_a_shell(tmp_path: Path) -> None:

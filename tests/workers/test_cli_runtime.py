@@ -6,9 +6,7 @@ Exit status: 0 done, 1 nothing to act on, 2 bad input (and nothing changed)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,24 +18,10 @@ import pytest
 
 from broker_adapter.results import MessageState, MessageView
 from scheduler import Scheduler
-from tests.helpers import pull_one
+from tests.helpers import chronoq, pull_one
 
-CHRONOQ = str(Path(sys.executable).with_name("chronoq"))
-ROOT = Path(__file__).resolve().parents[2]
 HOUR = 3600 * 1000
 REMIND, CLOSE = "shop.remind_customer", "shop.close_order"
-
-
-def chronoq(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CHRONOQ, *argv],
-        check=False,
-        cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if not k.startswith("CHRONOQ_")},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def make_app(url: str) -> Scheduler:
