@@ -34,7 +34,7 @@ def manual_server(tmp_path: Path) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+def two_servers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     """Two servers on the system clock, both with token :data:`TOKEN`."""
     a = ServerProcess(tmp_path / "a", token=TOKEN).start()
     b = ServerProcess(tmp_path / "b", token=TOKEN).start()

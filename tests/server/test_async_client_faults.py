@@ -9,8 +9,7 @@ import asyncio
 import os
 import signal
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import pytest
@@ -94,17 +93,6 @@ def test_sends_across_a_server_restart_are_answered_or_fail_typed_never_lost(
         await b.close()
 
     run(main)
-
-
-@pytest.fixture
-def two_servers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    a = ServerProcess(tmp_path / "a", token=TOKEN).start()
-    b = ServerProcess(tmp_path / "b", token=TOKEN).start()
-    try:
-        yield a, b
-    finally:
-        a.kill()
-        b.kill()
 
 
 def test_several_servers_share_sends_merge_reads_and_fail_over(

@@ -41,8 +41,8 @@ def _all_dead(broker: RemoteBroker, limit: int) -> list[MessageView]:
     raise AssertionError("dead_letters never ended")
 
 
-def test_dead_letters_over_two_servers(pair: tuple[ServerProcess, ServerProcess]) -> None:
-    a, b = pair
+def test_dead_letters_over_two_servers(two_servers: tuple[ServerProcess, ServerProcess]) -> None:
+    a, b = two_servers
     url = f"chronoq://127.0.0.1:{a.port},127.0.0.1:{b.port}?token={TOKEN}"
     with RemoteBroker.from_url(url) as broker:
         consumer = broker.consumer(G, [T])

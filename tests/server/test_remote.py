@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,17 +23,6 @@ from broker_adapter.server.client import RemoteBroker
 from tests.helpers import assert_nothing, eventually, pull_one, pull_until
 from tests.server.conftest import TOKEN
 from tests.server.serverproc import ROOT, ServerProcess
-
-
-@pytest.fixture
-def two_servers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    a = ServerProcess(tmp_path / "a", token=TOKEN).start()
-    b = ServerProcess(tmp_path / "b", token=TOKEN).start()
-    try:
-        yield a, b
-    finally:
-        a.kill()
-        b.kill()
 
 
 def _pair_url(a: ServerProcess, b: ServerProcess) -> str:

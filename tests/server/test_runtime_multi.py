@@ -39,8 +39,8 @@ def _walk(broker: RemoteBroker, limit: int, **filters: object) -> list[MessageVi
     raise AssertionError("find_pending never ended")
 
 
-def test_runtime_calls_over_two_servers(pair: tuple[ServerProcess, ServerProcess]) -> None:
-    a, b = pair
+def test_runtime_calls_over_two_servers(two_servers: tuple[ServerProcess, ServerProcess]) -> None:
+    a, b = two_servers
     rng = random.Random(7)
     dues = [HOUR + rng.randrange(0, 30) * 1000 for _ in range(60)]  # ties on purpose
     with RemoteBroker.from_url(_url(a, b)) as broker, RemoteBroker.from_url(_url(a, b)) as peer:
