@@ -29,6 +29,36 @@ def run_env(data: Path, runs: Path) -> dict[str, str]:
     )
 
 
+def python_env() -> dict[str, str]:
+    """This environment with the project root as ``PYTHONPATH``."""
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def start_script(
+    procs: list[subprocess.Popen[str]], code: str, *argv: str
+) -> subprocess.Popen[str]:
+    """Start ``python -c code argv`` from the project root, its stdin and stdout piped
+    (a script that waits on stdin lives until :func:`kill_script`); added to ``procs``."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=python_env(),
+        cwd=ROOT,
+    )
+    procs.append(p)
+    return p
+
+
+def kill_script(p: subprocess.Popen[str]) -> None:
+    """``kill -9`` a script of :func:`start_script`, reap it and close its stdin."""
+    p.kill()
+    p.wait(10)
+    assert p.stdin is not None
+    p.stdin.close()
+
+
 def start(
     procs: list[subprocess.Popen[str]],
     argv: list[str],

@@ -6,7 +6,6 @@ there for the process that takes over. Real processes and a real directory."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 from broker_adapter import Message, open_broker
 from broker_adapter.results import MessageState
 from broker_adapter.shared.broker import SOCKET_NAME, Role, SharedBroker
-from tests.broker_adapter.shared_procs import ROOT
+from tests.broker_adapter.shared_procs import ROOT, kill_script, python_env, start_script
 from tests.helpers import eventually, pull_one
 
 HOUR = 3_600_000
@@ -52,10 +51,6 @@ sys.stdin.readline()  # held open until the test kills it
 """
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
-
-
 def test_a_client_process_settles_the_owners_dead_letters(tmp_path: Path) -> None:
     data = tmp_path / "data"
     with open_broker(f"rocksdb://{data}") as owner:
@@ -74,7 +69,7 @@ def test_a_client_process_settles_the_owners_dead_letters(tmp_path: Path) -> Non
             check=False,
             text=True,
             timeout=120,
-            env=_env(),
+            env=python_env(),
             cwd=ROOT,
         )
         assert child.returncode == 0, child.stderr[-3000:]
@@ -95,15 +90,7 @@ def test_dead_letters_outlive_a_killed_owner(
     tmp_path: Path, procs: list[subprocess.Popen[str]]
 ) -> None:
     data = tmp_path / "data"
-    owner = subprocess.Popen(
-        [sys.executable, "-c", OWNER, str(data)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=_env(),
-        cwd=ROOT,
-    )
-    procs.append(owner)
+    owner = start_script(procs, OWNER, str(data))
     assert owner.stdout is not None
     ids = []
     for _ in range(3):
@@ -114,10 +101,7 @@ def test_dead_letters_outlive_a_killed_owner(
     with open_broker(f"rocksdb://{data}") as broker:
         assert isinstance(broker, SharedBroker) and broker.role is Role.CLIENT
         assert broker.purge_dead("billing", [ids[2]]) == 1
-        owner.kill()  # kill -9: this process takes over
-        owner.wait(10)
-        assert owner.stdin is not None
-        owner.stdin.close()
+        kill_script(owner)  # kill -9: this process takes over
         listed = broker.dead_letters("billing").messages  # a read: repeated after handover
         assert [(v.msg_id, v.error) for v in listed] == [
             (ids[0], "no such job 0"),

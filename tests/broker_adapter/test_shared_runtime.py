@@ -14,7 +14,7 @@ from pathlib import Path
 from broker_adapter import Message, open_broker
 from broker_adapter.results import RescheduleStatus
 from broker_adapter.shared.broker import SOCKET_NAME, Role, SharedBroker
-from tests.broker_adapter.shared_procs import ROOT
+from tests.broker_adapter.shared_procs import ROOT, kill_script, python_env, start_script
 from tests.helpers import eventually
 
 HOUR = 3_600_000
@@ -47,10 +47,6 @@ sys.stdin.readline()  # held open until the test kills it
 """
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
-
-
 def test_a_client_process_reschedules_on_the_owner(tmp_path: Path) -> None:
     data = tmp_path / "data"
     with open_broker(f"rocksdb://{data}") as owner:
@@ -67,7 +63,7 @@ def test_a_client_process_reschedules_on_the_owner(tmp_path: Path) -> None:
             check=False,
             text=True,
             timeout=120,
-            env=_env(),
+            env=python_env(),
             cwd=ROOT,
         )
         assert child.returncode == 0, child.stderr[-3000:]
@@ -95,15 +91,7 @@ def test_a_reschedule_survives_a_handover(
     tmp_path: Path, procs: list[subprocess.Popen[str]]
 ) -> None:
     data = tmp_path / "data"
-    owner = subprocess.Popen(
-        [sys.executable, "-c", OWNER, str(data)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=_env(),
-        cwd=ROOT,
-    )
-    procs.append(owner)
+    owner = start_script(procs, OWNER, str(data))
     assert owner.stdout is not None
     role, msg_id = owner.stdout.readline().split()
     assert role == "owner"
@@ -120,10 +108,7 @@ def test_a_reschedule_survives_a_handover(
         )
 
         # the owner dies (kill -9); this process takes over, and calls go on
-        owner.kill()
-        owner.wait(10)
-        assert owner.stdin is not None
-        owner.stdin.close()
+        kill_script(owner)
         page = broker.find_pending("orders", key_prefix="order:7:")  # a read: never OwnerLost
         assert [(v.msg_id, v.deliver_at_ms) for v in page.messages] == [(msg_id, at)]
         eventually(lambda: broker.role is Role.OWNER, timeout=30, what="this process owns")
