@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from bench.firing_load import FiringLoad
-from bench.stats import dir_bytes, mb
+from bench.stats import dir_bytes, load_average, mb
 from broker_adapter import Message
 from broker_adapter.embedded.broker import EmbeddedBroker
 from broker_adapter.embedded.check import check_directory
@@ -40,10 +40,6 @@ TOPIC, LOAD_TOPIC = "bench-backup", "bench-backup-load"
 
 def now_ms() -> float:
     return time.time() * 1000
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def fill(broker: EmbeddedBroker, n: int) -> None:

@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # run as a script: the checkout's root on sys.pat
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.dashboard_page import GROUP, populate, start_dashboard, stop_dashboard
-from bench.stats import ms, num, percentiles, print_block
+from bench.stats import load_average, ms, num, percentiles, print_block
 from broker_adapter import open_broker
 from tests.dashboard.browser import Browser
 
@@ -109,7 +109,7 @@ def main() -> None:
     p.add_argument("--loads", type=int, default=10)
     p.add_argument("--soak", type=float, default=60.0, help="seconds of live overview")
     args = p.parse_args()
-    load0 = os.getloadavg()
+    load0 = load_average()
     tmp = Path(tempfile.mkdtemp(prefix="chronoq-dash-browser-"))
     url = f"rocksdb://{tmp / 'data'}"
     broker = open_broker(url)
@@ -154,8 +154,8 @@ def main() -> None:
         print_block(
             "machine",
             [
-                ("load before", " ".join(f"{x:.2f}" for x in load0)),
-                ("load after", " ".join(f"{x:.2f}" for x in os.getloadavg())),
+                ("load before", load0),
+                ("load after", load_average()),
             ],
         )
     finally:

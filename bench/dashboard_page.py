@@ -42,7 +42,7 @@ import httpx
 if __package__ in (None, ""):  # run as a script: the checkout's root on sys.path
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.stats import mb, ms, num, percentiles, print_block, proc_status
+from bench.stats import load_average, mb, ms, num, percentiles, print_block, proc_status
 from broker_adapter import BrokerAdapter, Message, open_broker
 from scheduler.jobcall import JobCall
 from scheduler.scheduler import Scheduler
@@ -159,7 +159,7 @@ def main() -> None:
     p.add_argument("--trace-lines", type=int, default=200_000, help="delivery trace lines")
     p.add_argument("--dashboard-owns", action="store_true", help="the dashboard owns the dir")
     args = p.parse_args()
-    load0 = os.getloadavg()
+    load0 = load_average()
     tmp = Path(tempfile.mkdtemp(prefix="chronoq-dash-bench-"))
     url = f"rocksdb://{tmp / 'data'}"
     broker = open_broker(url)
@@ -231,8 +231,8 @@ def main() -> None:
             "machine",
             [
                 ("dashboard peak RSS", mb(vm.get("VmHWM", 0))),
-                ("load before", " ".join(f"{x:.2f}" for x in load0)),
-                ("load after", " ".join(f"{x:.2f}" for x in os.getloadavg())),
+                ("load before", load0),
+                ("load after", load_average()),
             ],
         )
     finally:

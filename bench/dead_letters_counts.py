@@ -45,7 +45,7 @@ if __package__ in (None, ""):
 import itertools
 
 from bench.runtime_calls import BROKERS, broker_url
-from bench.stats import format_percentiles, percentiles, print_block
+from bench.stats import format_percentiles, load_average, percentiles, print_block
 from broker_adapter import open_broker
 from broker_adapter.base import BrokerAdapter
 from broker_adapter.message import Message
@@ -59,10 +59,6 @@ DAY_MS = 24 * HOUR_MS
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def fill(broker: BrokerAdapter, n: int, base: int) -> dict[str | None, list[int]]:

@@ -47,7 +47,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.remote_send import start_server, stop_server
-from bench.stats import format_percentiles, num, percentiles, print_block
+from bench.stats import format_percentiles, load_average, num, percentiles, print_block
 from broker_adapter.results import ReceivedMessage
 from scheduler.limits import RateLimit
 from scheduler.scheduler import Scheduler
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
             "released to wait",
             f"{num(waits)} ({waits / waiting:.2f} per waiting run, {per_span:.0f}/s)",
         ),
-        ("load average", " ".join(f"{v:.2f}" for v in os.getloadavg())),
+        ("load average", load_average()),
     ]
     print_block(f"per-job limits, mode {args.mode}", table)
 

@@ -51,6 +51,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.firing_load import FiringLoad
+from bench.stats import load_average
 from broker_adapter import Message, open_broker
 from broker_adapter.base import BrokerAdapter
 
@@ -233,10 +234,6 @@ def run(url: str, label: str, args: argparse.Namespace) -> None:
         bench_reschedule(broker, ids, args.reschedules, base)
         bench_find(broker, args.pages, base)
         bench_abort_prefix(broker, args.abort_keys, args.fire_rate)
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
