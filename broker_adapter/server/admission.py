@@ -224,11 +224,19 @@ class RefusalLog:
 
     :param logger: where the lines go.
     :param interval_s: least time between two lines.
+    :param headline: what each line counts (a server also counts connections closed
+        for malformed frames this way: a garbage flood must not flood the log).
     """
 
-    def __init__(self, logger: logging.Logger, interval_s: float = REFUSAL_LOG_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        interval_s: float = REFUSAL_LOG_INTERVAL_S,
+        headline: str = "connections turned away",
+    ) -> None:
         self._log = logger
         self._interval = interval_s
+        self._headline = headline
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._peers: Counter[str] = Counter()
@@ -258,7 +266,8 @@ class RefusalLog:
         reasons = ", ".join(f"{n} {what}" for what, n in counts.most_common())
         top = ", ".join(f"{p} x{n}" for p, n in peers.most_common(3))
         self._log.warning(
-            "connections turned away: %d in %.1f s (%s); most from %s",
+            "%s: %d in %.1f s (%s); most from %s",
+            self._headline,
             total,
             since,
             reasons,

@@ -112,6 +112,13 @@ class Connection:
         except OSError:
             self.close()
 
+    def bad_frame(self, error: P.ProtocolError) -> None:
+        """Count a malformed frame or request that closes this connection: one WARNING
+        line per few seconds over all connections, with counts (the detail at DEBUG)."""
+        self.server.metrics.bad_frame()
+        self.server.bad_frames.note("malformed", self.address)
+        log.debug("connection %d from %s: %s; closing it", self.id, self.peer, error)
+
     def close(self) -> None:
         """Close the socket; the reader thread then ends and cleans up."""
         if self.closed:
@@ -147,8 +154,7 @@ class Connection:
             if frames and self._hello(frames[0]):
                 self._serve(reader, frames[1:])
         except P.ProtocolError as e:
-            self.server.metrics.bad_frame()
-            log.warning("connection %d from %s: %s; closing it", self.id, self.peer, e)
+            self.bad_frame(e)
         except OSError:
             pass
         except Exception:
@@ -338,8 +344,7 @@ class Connection:
             try:
                 self.write(_frame(req.rid, self.execute(handlers, req.op, req.args)))
             except P.ProtocolError as e:  # its args were malformed: as on the reader
-                self.server.metrics.bad_frame()
-                log.warning("connection %d from %s: %s; closing it", self.id, self.peer, e)
+                self.bad_frame(e)
                 self.close()
             finally:
                 with self._busy_lock:

@@ -141,6 +141,7 @@ class BrokerServer:
             Connection.is_silent,
         )
         self.refusals = RefusalLog(log)
+        self.bad_frames = RefusalLog(log, headline="connections closed for malformed frames")
         self._broker_options = dict(broker_options or {})
         self.manual_clock = None if manual_clock_ms is None else ManualClock(manual_clock_ms)
         self.broker = self._open_broker()
@@ -244,6 +245,7 @@ class BrokerServer:
     def _housekeep_loop(self) -> None:
         while not self._stopping.wait(1.0):
             self.refusals.flush()  # the counts of the last refusals, once the interval passed
+            self.bad_frames.flush()
             with self._lock:
                 orphans, self._orphans = self._orphans, []
             keep = []
@@ -362,6 +364,7 @@ class BrokerServer:
             c.thread.join(timeout=5)
         self.metrics.stop()
         self.refusals.flush(force=True)  # the last counts, not lost with the process
+        self.bad_frames.flush(force=True)
         self._stopped.set()
         log.info("broker server on %s stopped", self.address)
 

@@ -7,9 +7,11 @@ answers the next good client, and its state is unchanged.
 from __future__ import annotations
 
 import random
+import re
 import socket
 import struct
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import msgpack
 
@@ -119,3 +121,28 @@ def test_ten_thousand_garbage_frames_leave_the_server_up_and_unchanged(
     with RemoteBroker.from_url(server.url) as fresh:
         assert fresh.send(Message("fuzz", b"after")).status.value == "OK"
         assert fresh.stats().topics["fuzz"].fired_total + fresh.stats().topics["fuzz"].pending == 2
+
+
+def test_garbage_is_logged_as_counts_not_a_line_per_connection(tmp_path: Path) -> None:
+    """Each connection closed for a malformed frame used to log its own WARNING: a
+    garbage flood flooded the log. Now a few lines say how many, and from where."""
+    log_path = tmp_path / "server.log"
+    server = ServerProcess(
+        tmp_path / "data", token=TOKEN, extra=("--log-level", "WARNING"), log_path=log_path
+    ).start()
+    try:
+        rng = random.Random(99)
+        closed = _one_per_connection(server.port, [_garbage(rng) for _ in range(500)])
+        assert closed == 500 and server.alive()
+    finally:
+        server.stop()
+    lines = log_path.read_text().splitlines()
+    counted = [line for line in lines if "connections closed for malformed frames" in line]
+    assert counted, lines[-20:]
+    # At most a line per 5 s of flood plus the one at shutdown; the counts add up to
+    # the connections the server closed for a bad frame (the rest were cut-off frames
+    # or garbage before a hello, which close without a frame error).
+    assert len(counted) <= 10
+    counts = [re.search(r"malformed frames: (\d+) in", line) for line in counted]
+    assert 0 < sum(int(m.group(1)) for m in counts if m is not None) <= 500
+    assert not [line for line in lines if "; closing it" in line]
