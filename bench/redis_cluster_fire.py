@@ -1,0 +1,284 @@
+"""Redis Cluster against one instance, same load, same run, rounds alternated (issue 19 §3).
+
+Each round flushes its Redis, opens a ``RedisBroker`` on it and sends ``rate x
+seconds`` messages (body ``--body-size`` B) in batches of ``--batch`` from ``-p``
+threads, due uniformly over ``seconds`` starting ``--lead`` s after sending began:
+``rate`` fires/s. One consumer thread in the process pulls 256 at a time and acks
+each message; lateness is its receipt time minus the due time (ms). The rounds
+alternate one instance (``--single-shards`` shards, default 1) and a 3-master
+cluster (``--cluster-shards``, default 12), both started once by this script on
+loopback ports (tests/redis_server.py).
+
+Per round it prints lateness P50/P99/P99.9, the batched send rate, and for the
+firing phase (end of sending to the last receipt) per redis-server: CPU (user +
+system, psutil) per message, script calls (``EVALSHA``, i.e. round trips) and
+commands (every ``INFO commandstats`` call, the ones Lua runs included) per
+message, and the mean time per script call in Redis. The client process's own CPU
+per message is printed beside them: with a fast enough Redis it is the limit. At
+the end: cluster/single ratios per round pair and their median, and
+``os.getloadavg()`` per round (the machine is shared: compare within one run).
+
+Run from the project root::
+
+    .venv/bin/python bench/redis_cluster_fire.py                  # 3 rounds each, 5k/s, 20 s
+    .venv/bin/python bench/redis_cluster_fire.py --rounds 1 --seconds 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import psutil
+import redis
+
+from bench.stats import cpu_seconds, format_percentiles, load_average, num, percentiles, print_block
+from broker_adapter.message import Message
+from broker_adapter.redis import RedisBroker
+
+
+@dataclass
+class Node:
+    """One redis-server of a setup: its port and process."""
+
+    port: int
+    proc: psutil.Process
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port)
+
+    def snapshot(self) -> tuple[float, dict[str, tuple[int, int]]]:
+        """CPU seconds so far and ``{command: (calls, usec)}`` from INFO commandstats."""
+        c = self.client()
+        try:
+            stats = c.info("commandstats")
+        finally:
+            c.close()
+        t = self.proc.cpu_times()
+        cmds = {
+            k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"])) for k, v in stats.items()
+        }
+        return t.user + t.system, cmds
+
+
+@dataclass
+class Setup:
+    """A Redis to run rounds on (one instance or a cluster)."""
+
+    name: str
+    url: str
+    nodes: list[Node]
+
+    def flush(self) -> None:
+        for n in self.nodes:
+            c = n.client()
+            try:
+                c.flushall()
+                c.config_resetstat()
+            finally:
+                c.close()
+
+
+@dataclass
+class Round:
+    """The figures of one round."""
+
+    setup: str
+    load: str
+    send_rate: float
+    lat: dict[str, float | None]
+    got: int
+    n: int
+    fire_s: float
+    cpu_us: list[float] = field(default_factory=list)  # per server, per message
+    evalsha: list[float] = field(default_factory=list)  # per server, per message
+    commands: list[float] = field(default_factory=list)  # per server, per message
+    call_us: list[float] = field(default_factory=list)  # per server, mean per EVALSHA
+    client_us: float = 0.0
+    send_cpu_us: list[float] = field(default_factory=list)  # per server, per message
+
+
+def run_round(setup: Setup, args: argparse.Namespace, shards: int, seed: int) -> Round:
+    setup.flush()
+    broker = RedisBroker.from_url(setup.url, shards=shards)
+    consumer = broker.consumer("bench", ["bench"], max_inflight=10_000)
+    lateness: list[float] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            got = consumer.pull(256, 100)
+            now = time.time() * 1000
+            for m in got:
+                lateness.append(now - m.deliver_at_ms)
+                consumer.ack(m)
+
+    worker = threading.Thread(target=consume, daemon=True)
+    worker.start()
+    n = int(args.rate * args.seconds)
+    start = int(time.time() * 1000) + int(args.lead * 1000)
+    rng = random.Random(seed)
+    span = int(args.seconds * 1000)
+    dues = [start + rng.randrange(span) for _ in range(n)]
+    body = b"x" * args.body_size
+    before = [node.snapshot() for node in setup.nodes]
+    step = -(-n // args.producers)
+
+    def send(lo: int, hi: int) -> None:
+        for i in range(lo, hi, args.batch):
+            broker.send_batch(
+                [Message("bench", body, deliver_at_ms=d) for d in dues[i : min(i + args.batch, hi)]]
+            )
+
+    threads = [threading.Thread(target=send, args=(i, min(i + step, n))) for i in range(0, n, step)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    send_rate = n / (time.perf_counter() - t0)
+    sent = [node.snapshot() for node in setup.nodes]
+    c0, f0 = cpu_seconds(), time.perf_counter()
+    deadline = max(dues) / 1000 + args.grace
+    while len(lateness) < n and time.time() < deadline:
+        time.sleep(0.05)
+    fire_s = time.perf_counter() - f0
+    client_cpu = cpu_seconds() - c0
+    after = [node.snapshot() for node in setup.nodes]
+    stop.set()
+    worker.join(5)
+    broker.close()
+    r = Round(
+        setup.name, load_average(), send_rate, percentiles(lateness), len(lateness), n, fire_s
+    )
+    got = max(len(lateness), 1)
+    r.client_us = client_cpu / got * 1e6
+    for (cpu_b, _), (cpu_s, cmd_s), (cpu_a, cmd_a) in zip(before, sent, after, strict=True):
+        r.send_cpu_us.append((cpu_s - cpu_b) / n * 1e6)
+        r.cpu_us.append((cpu_a - cpu_s) / got * 1e6)
+        calls = {k: v[0] - cmd_s.get(k, (0, 0))[0] for k, v in cmd_a.items()}
+        ev = calls.get("evalsha", 0)
+        ev_us = cmd_a.get("evalsha", (0, 0))[1] - cmd_s.get("evalsha", (0, 0))[1]
+        r.evalsha.append(ev / got)
+        r.commands.append(sum(v for k, v in calls.items() if k != "info") / got)
+        r.call_us.append(ev_us / ev if ev else 0.0)
+    return r
+
+
+def show(r: Round, args: argparse.Namespace) -> None:
+    def each(values: Sequence[float], fmt: str) -> str:
+        return " / ".join(fmt.format(v) for v in values)
+
+    print_block(
+        f"redis_cluster_fire: {r.setup}",
+        [
+            ("load", r.load),
+            ("messages", f"{num(r.n)} at ~{num(args.rate)} fires/s, received {num(r.got)}"),
+            (
+                "send batched",
+                f"{num(r.send_rate)} msgs/s (batch {args.batch}, {args.producers} thr)",
+            ),
+            ("lateness ms", format_percentiles(r.lat)),
+            (
+                "server CPU/msg",
+                f"{each(r.cpu_us, '{:.1f}')} us firing; send {each(r.send_cpu_us, '{:.1f}')} us",
+            ),
+            ("EVALSHA/msg", each(r.evalsha, "{:.3f}")),
+            ("commands/msg", each(r.commands, "{:.1f}")),
+            ("us per EVALSHA", each(r.call_us, "{:.0f}")),
+            ("client CPU/msg", f"{r.client_us:.1f} us (this process, firing phase)"),
+        ],
+    )
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def summary(singles: list[Round], clusters: list[Round]) -> None:
+    rows: list[tuple[str, str]] = []
+    for key in ("p50", "p99", "p99.9", "send"):
+        per: list[float] = []
+        for s, c in zip(singles, clusters, strict=True):
+            x = ratio(c.send_rate, s.send_rate) if key == "send" else ratio(c.lat[key], s.lat[key])
+            if x is not None:
+                per.append(x)
+        text = " ".join(f"{x:.2f}" for x in per)
+        med = f"median {statistics.median(per):.2f}x" if per else "-"
+        rows.append((f"{key} cluster/single", f"{text}  ({med})"))
+    for name, rounds in (("single", singles), ("cluster", clusters)):
+        cpu = statistics.median(max(r.cpu_us) for r in rounds)
+        total = statistics.median(sum(r.cpu_us) for r in rounds)
+        client = statistics.median(r.client_us for r in rounds)
+        rows.append(
+            (
+                f"{name} CPU/msg",
+                f"busiest server {cpu:.1f} us, all servers {total:.1f} us, client {client:.1f} us",
+            )
+        )
+    print_block("redis_cluster_fire: cluster / single (per round pair)", rows)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--rounds", type=int, default=3, help="rounds of each setup")
+    p.add_argument("--rate", type=float, default=5000.0, help="fires/s")
+    p.add_argument("--seconds", type=float, default=20.0, help="firing time per round")
+    p.add_argument("--lead", type=float, default=4.0, help="s from sending to the first due")
+    p.add_argument("--batch", type=int, default=1000)
+    p.add_argument("-p", "--producers", type=int, default=2)
+    p.add_argument("--body-size", type=int, default=100)
+    p.add_argument("--grace", type=float, default=10.0)
+    p.add_argument("--single-shards", type=int, default=1)
+    p.add_argument("--cluster-shards", type=int, default=12)
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from tests.redis_server import RedisClusterProcs, RedisServer
+
+    with tempfile.TemporaryDirectory(prefix="chronoq-bench-") as tmp:
+        server = RedisServer(Path(tmp) / "single").start()
+        cluster = RedisClusterProcs(Path(tmp) / "cluster").start()
+        try:
+            assert server.proc is not None
+            single = Setup(
+                "one instance", server.url, [Node(server.port, psutil.Process(server.proc.pid))]
+            )
+            nodes: list[Node] = []
+            for node in cluster.nodes:
+                assert node.proc is not None
+                nodes.append(Node(node.port, psutil.Process(node.proc.pid)))
+            many = Setup("3-master cluster", cluster.url, nodes)
+            singles: list[Round] = []
+            clusters: list[Round] = []
+            for i in range(args.rounds):
+                for setup, shards, out in (
+                    (single, args.single_shards, singles),
+                    (many, args.cluster_shards, clusters),
+                ):
+                    r = run_round(setup, args, shards, seed=i)
+                    show(r, args)
+                    out.append(r)
+            summary(singles, clusters)
+        finally:
+            cluster.stop()
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
