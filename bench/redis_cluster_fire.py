@@ -41,7 +41,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 import redis
 
 from bench.stats import cpu_seconds, format_percentiles, load_average, num, percentiles, print_block
