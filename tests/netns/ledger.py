@@ -87,6 +87,8 @@ class Verdict:
     late_max_ms: int = 0
     runs_by_host: dict[str, int] = field(default_factory=dict)
     retries: dict[str, int] = field(default_factory=dict)
+    shifted: int = 0
+    max_shift_ms: int = 0
 
     def failures(self, rejoin_hosts: tuple[str, ...] = ()) -> list[str]:
         """The broken rules, as sentences (empty when the run passed)."""
@@ -124,7 +126,8 @@ class Verdict:
             f"  lateness P50 {self.late_p50_ms} ms, P99 {self.late_p99_ms} ms, "
             f"max {self.late_max_ms} ms; interval occurrences {self.ticks} "
             f"(dups {len(self.tick_dups)}, gaps {len(self.tick_gaps)}); "
-            f"producer retries {self.retries}"
+            f"producer retries {self.retries}, due times shifted (producer behind) "
+            f"{self.shifted} by up to {self.max_shift_ms / 1000:.1f} s"
         )
 
 
@@ -135,6 +138,7 @@ def judge(producer: dict[str, Any], runs: list[dict[str, Any]], fault: Fault) ->
     expected = set(producer["sent"]) - aborted
     v.scheduled, v.cancelled, v.expected = len(producer["sent"]), len(aborted), len(expected)
     v.retries = {"send": producer["send_retries"], "abort": producer["abort_retries"]}
+    v.shifted, v.max_shift_ms = producer["shifted"], producer["max_shift_ms"]
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
     fires: dict[int, int] = defaultdict(int)
     hosts: dict[str, int] = defaultdict(int)
