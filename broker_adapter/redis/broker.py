@@ -150,6 +150,7 @@ class RedisBroker(AdapterBase):
             self._acks.flush,
             retention_ms=retention_ms,
             chunk=fire_chunk,
+            groups=self._scripts.by_node(keys.due_keys),  # one firing thread per master
         )
         self._listener = Listener(client, keys, self._firer, self._news)
         with redis_errors("subscribe"):

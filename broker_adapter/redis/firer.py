@@ -2,7 +2,10 @@
 
 Every broker process fires (no leader): :class:`Firer` runs ``fire.lua`` on the
 shards whose next due time or invisible-time deadline has come, in one pipeline,
-and sleeps until the earliest time it knows of. It learns earlier times from
+and sleeps until the earliest time it knows of. On Redis Cluster it runs one
+thread per master (a *group* of shards): a pass waits for its own master only,
+not for the slowest of all (on a busy host, each extra process in a round trip
+adds its scheduling delay to the pass). It learns earlier times from
 this process's own sends and nacks at once, and from other processes through
 the ``wake`` channel (:class:`Listener`); a full sweep of every shard each
 ``sweep_s`` covers a lost notification. Claims are atomic in Redis, so many
@@ -14,12 +17,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.exceptions import RedisError
 
 from broker_adapter.clock import Clock
+from broker_adapter.errors import InvalidArgument
 from broker_adapter.redis.keys import Keyspace
 from broker_adapter.redis.news import ReadyNews
 from broker_adapter.redis.scripts import Scripts
@@ -44,6 +48,10 @@ class Firer:
     :param sweep_s: real seconds between full sweeps of every shard.
     :param tick_ms: least broker time between two passes (a pass fires every shard
         that is due, so under load one pass serves many shards).
+    :param groups: the shards each firing thread serves (default: one thread, every
+        shard); every shard in exactly one group. A stale grouping (slots moved) only
+        costs parallelism: each call still goes where its keys are.
+    :raises InvalidArgument: for groups that do not cover every shard exactly once.
     """
 
     def __init__(
@@ -59,6 +67,7 @@ class Firer:
         chunk: int = 1000,
         sweep_s: float = 1.0,
         tick_ms: int = 1,
+        groups: Sequence[Sequence[int]] | None = None,
     ) -> None:
         self._scripts = scripts
         self._client = client
@@ -73,27 +82,58 @@ class Firer:
         n = keys.shards
         self._heads: list[float] = [0.0] * n  # 0: look at once
         self._deadlines: list[float] = [_NEVER] * n
-        self._cond = threading.Condition(threading.Lock())
-        self._kicked = False
-        self._full = True
-        self._planned = 0.0
+        self._groups = [list(g) for g in groups] if groups else [list(range(n))]
+        self._group_of = [-1] * n
+        for i, g in enumerate(self._groups):
+            for s in g:
+                if not 0 <= s < n or self._group_of[s] >= 0:
+                    raise InvalidArgument(f"shard {s} in firing groups {groups!r}: not once")
+                self._group_of[s] = i
+        if -1 in self._group_of:
+            raise InvalidArgument(f"firing groups {groups!r} miss a shard of {n}")
+        lock = threading.Lock()  # one lock: every group's state is read by each pass
+        self._cond = threading.Condition(lock)  # group 0's; _conds[i] wakes group i
+        self._conds = [self._cond] + [threading.Condition(lock) for _ in self._groups[1:]]
+        k = len(self._groups)
+        self._kicked = [False] * k
+        self._full = [True] * k
+        self._planned = [0.0] * k
         self._closed = False
         self._publish = True  # until the first sweep has counted the listeners
         self.log = logging.getLogger("chronoq.broker_adapter.Firer")
         self.log.addHandler(logging.NullHandler())
-        self._thread = threading.Thread(target=self._run, name="chronoq-redis-firer", daemon=True)
+        self._threads = [
+            threading.Thread(
+                target=self._run,
+                args=(i,),
+                name="chronoq-redis-firer" + (f"-{i}" if i else ""),
+                daemon=True,
+            )
+            for i in range(k)
+        ]
+
+    @property
+    def groups(self) -> int:
+        """How many firing threads (shard groups) there are."""
+        return len(self._groups)
 
     def start(self) -> None:
-        """Start the firing thread."""
-        self._thread.start()
+        """Start the firing threads."""
+        for t in self._threads:
+            t.start()
+
+    def _wake(self, shard: int, at_ms: float) -> None:
+        """Kick the group of ``shard`` if it plans to sleep past ``at_ms`` (lock held)."""
+        g = self._group_of[shard]
+        if at_ms < self._planned[g]:
+            self._kicked[g] = True
+            self._conds[g].notify()
 
     def note_due(self, shard: int, due_ms: int) -> None:
         """Shard ``shard`` has an entry due at ``due_ms``; wake up earlier if needed."""
         with self._cond:
             self._heads[shard] = min(self._heads[shard], due_ms)
-            if due_ms < self._planned:
-                self._kicked = True
-                self._cond.notify()
+            self._wake(shard, due_ms)
 
     def next_due(self, shard: int) -> float:
         """The earliest due time this firer knows of in ``shard`` (``0``: look at once,
@@ -111,41 +151,50 @@ class Firer:
         """A delivery in ``shard`` becomes visible again at ``deadline_ms``."""
         with self._cond:
             self._deadlines[shard] = min(self._deadlines[shard], deadline_ms)
-            if deadline_ms < self._planned:
-                self._kicked = True
-                self._cond.notify()
+            self._wake(shard, deadline_ms)
 
     def kick(self) -> None:
         """Sweep every shard now (the clock jumped)."""
         with self._cond:
-            self._full = True
-            self._kicked = True
-            self._cond.notify()
+            for g, cond in enumerate(self._conds):
+                self._full[g] = True
+                self._kicked[g] = True
+                cond.notify()
 
     def close(self) -> None:
-        """Stop the thread (waits for the current pass)."""
+        """Stop the threads (waits for their current passes)."""
         self._closed = True
         self.kick()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
+        for t in self._threads:
+            if t.is_alive():
+                t.join(timeout=10)
 
-    def _pick(self, now: int) -> tuple[list[int], list[bool], bool]:
+    def _pick(self, now: int, group: int | None) -> tuple[list[int], list[bool], bool]:
         """The shards to fire now; for each whether to look at its in-flight deadlines
         too (on a full sweep, or when one this process knows of passed); and whether
         the pass may expire deliveries (any of them looks)."""
+        heads, deadlines = self._heads, self._deadlines
         with self._cond:
-            full = self._full
-            self._full = False
+            picked = range(len(self._groups)) if group is None else (group,)
+            full_in = set()
+            for g in picked:
+                if self._full[g]:
+                    full_in.add(g)
+                    self._full[g] = False
             shards: list[int] = []
             scans: list[bool] = []
-            for s, (h, d) in enumerate(zip(self._heads, self._deadlines, strict=True)):
-                if full or h <= now or d <= now:
+            for g in picked:
+                full = g in full_in
+                for s in self._groups[g]:
+                    h, d = heads[s], deadlines[s]
+                    if not (full or h <= now or d <= now):
+                        continue
                     scan = full or d <= now
                     shards.append(s)
                     scans.append(scan)
-                    self._heads[s] = _NEVER
+                    heads[s] = _NEVER
                     if scan:
-                        self._deadlines[s] = _NEVER
+                        deadlines[s] = _NEVER
         return shards, scans, any(scans)
 
     def check_listeners(self) -> None:
@@ -167,11 +216,12 @@ class Firer:
         except RedisError:
             self._publish = True
 
-    def fire_once(self) -> int:
-        """One pass over the shards that need it; returns how many messages moved."""
+    def fire_once(self, group: int | None = None) -> int:
+        """One pass over the shards that need it (of ``group`` only, or of every group);
+        returns how many messages moved."""
         keys = self._keys
         now = self._clock.now_ms()
-        shards, scans, expiring = self._pick(now)
+        shards, scans, expiring = self._pick(now, group)
         if not shards:
             return 0
         if expiring:
@@ -215,41 +265,44 @@ class Firer:
             self._news.tell(moved_in)  # other processes hear it from fire.lua
         return sum(r[0] for r in results)
 
-    def _run(self) -> None:
+    def _run(self, g: int) -> None:
+        """Group ``g``'s thread: pass, then sleep until its earliest known time."""
         last_full = time.monotonic()
+        mine, cond = self._groups[g], self._conds[g]
         while not self._closed:
             try:
                 if time.monotonic() - last_full >= self._sweep_s:
                     last_full = time.monotonic()
-                    self.check_listeners()
+                    if g == 0:
+                        self.check_listeners()
                     with self._cond:
-                        self._full = True
+                        self._full[g] = True
                 started = self._clock.now_ms()
-                self.fire_once()
+                self.fire_once(g)
                 now = self._clock.now_ms()
                 with self._cond:
-                    soonest = min(min(self._heads), min(self._deadlines))
-                    if self._full or (soonest <= now and now >= started + self._tick_ms):
+                    soonest = min(min(self._heads[s], self._deadlines[s]) for s in mine)
+                    if self._full[g] or (soonest <= now and now >= started + self._tick_ms):
                         continue
                     soonest = max(soonest, started + self._tick_ms)
-                    self._planned = soonest
-                    if not self._kicked:
+                    self._planned[g] = soonest
+                    if not self._kicked[g]:
                         timeout = min(
                             (soonest - now) / 1000,
                             self._sweep_s - (time.monotonic() - last_full),
                             CLOCK_SLICE_S,
                         )
                         if timeout > 0:
-                            self._cond.wait(timeout)
-                    self._kicked = False
-                    self._planned = 0.0
+                            cond.wait(timeout)
+                    self._kicked[g] = False
+                    self._planned[g] = 0.0
             except Exception:  # the firer must keep going: log, back off, sweep again
                 if self._closed:
                     return
                 self.log.warning("firing pass failed; retrying", exc_info=True)
                 time.sleep(0.2)
                 with self._cond:
-                    self._full = True
+                    self._full[g] = True
 
 
 class Listener:

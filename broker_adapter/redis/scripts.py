@@ -135,6 +135,16 @@ class Scripts:
                 raise r
         return results
 
+    def by_node(self, keys: Sequence[str]) -> list[list[int]]:
+        """The indexes of ``keys`` grouped by the master that holds each now (one group
+        on one instance), in first-seen order."""
+        if not self.cluster:
+            return [list(range(len(keys)))]
+        groups: dict[str, list[int]] = {}
+        for i, k in enumerate(keys):
+            groups.setdefault(self._client.get_node_from_key(k).name, []).append(i)
+        return list(groups.values())
+
     def fan(
         self,
         name: str,
@@ -168,10 +178,7 @@ class Scripts:
         shebang may touch several slots of the node it runs on). A call that fails
         before it ran (slots moved, script cache lost, no connection) is made again one
         per shard through the cluster client, which follows redirections."""
-        by_node: dict[str, list[int]] = {}
-        for i, k in enumerate(keys):
-            by_node.setdefault(self._client.get_node_from_key(k).name, []).append(i)
-        groups = list(by_node.values())
+        groups = self.by_node(keys)
         calls: list[Call] = [
             (name, keys[g[0]], (*common, *(x for i in g for x in per_shard[i]))) for g in groups
         ]

@@ -11,7 +11,7 @@ import redis
 
 from broker_adapter.base import DEFAULT_RETENTION_MS
 from broker_adapter.clock import ManualClock
-from broker_adapter.errors import ConnectionFailed
+from broker_adapter.errors import ConnectionFailed, InvalidArgument
 from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
 from broker_adapter.redis import keys as K
@@ -212,6 +212,64 @@ def test_a_firing_pass_is_one_script_call_per_master_covering_every_shard(
     broker.flush()
     assert broker.stats().groups["g"].acked_total == 240
     assert broker.stats().groups["g"].inflight == 0
+
+
+def test_each_master_has_its_own_firing_thread_whose_pass_calls_that_master_only(
+    quiet: tuple[RedisBroker, Any, ManualClock], cluster: RedisClusterProcs
+) -> None:
+    broker, client, clock = quiet
+    keys = broker.keyspace
+    scripts = Scripts(client)
+    groups = scripts.by_node(keys.due_keys)
+    # Given 12 shards on 3 masters: three groups of four, each group on one master
+    assert sorted(len(g) for g in groups) == [4, 4, 4]
+    assert sorted(s for g in groups for s in g) == list(range(K.DEFAULT_SHARDS))
+    masters = [{client.get_node_from_key(keys.due_keys[s]).port for s in g} for g in groups]
+    assert all(len(m) == 1 for m in masters)
+    firer = Firer(
+        scripts,
+        client,
+        keys,
+        clock,
+        ReadyNews(client, keys.ready_channel),
+        lambda: None,
+        retention_ms=DEFAULT_RETENTION_MS,
+        groups=groups,
+    )
+    assert firer.groups == 3
+    c = broker.consumer("g", ["spread"])
+    broker.send_batch([Message("spread", b"x", delay_ms=1_000) for _ in range(240)])
+    clock.advance(1_000)
+    ports = [n.port for n in cluster.nodes]
+    fired = 0
+    for g, (port,) in zip(range(3), masters, strict=True):
+        # When group g passes, Then only its master runs a script, firing its shards
+        before = _evalsha_calls(cluster)
+        fired += firer.fire_once(g)
+        delta = [a - b for a, b in zip(_evalsha_calls(cluster), before, strict=True)]
+        assert delta == [1 if p == port else 0 for p in ports]
+    assert fired == 240
+    got = pull_until(c, 240, timeout=30, max_messages=240)
+    assert {m.msg_id.split("-")[0] for m in got} == {str(s) for s in range(K.DEFAULT_SHARDS)}
+
+
+@pytest.mark.parametrize("groups", [[[0, 1], [1, 2]], [[0, 1]], [[0, 1, 2, 3]]])
+def test_firing_groups_must_cover_every_shard_once(
+    quiet: tuple[RedisBroker, Any, ManualClock], groups: list[list[int]]
+) -> None:
+    _broker, client, clock = quiet
+    keys = K.Keyspace.build("cq", 3)
+    with pytest.raises(InvalidArgument, match="firing groups"):
+        Firer(
+            Scripts(client),
+            client,
+            keys,
+            clock,
+            ReadyNews(client, keys.ready_channel),
+            lambda: None,
+            retention_ms=DEFAULT_RETENTION_MS,
+            groups=groups,
+        )
 
 
 def test_lost_script_caches_on_the_masters_are_reloaded(
