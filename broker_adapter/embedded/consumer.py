@@ -29,6 +29,7 @@ from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.groups import ConsumerGroup, Pull
 from broker_adapter.embedded.keys import CF_READY, topic_range
 from broker_adapter.embedded.records import delivery_fields
+from broker_adapter.embedded.timer_slack import tighten as tighten_timer_slack
 from broker_adapter.errors import BrokerClosed, ChronoqError
 from broker_adapter.results import NO_PROPERTIES, ReceivedMessage
 
@@ -149,6 +150,7 @@ class EmbeddedConsumer(Consumer):
         if until >= remaining:
             return False  # beyond this pull: the wheel thread (or a later pull) fires it
         if until > 0:
+            tighten_timer_slack()  # once per thread: wake at the due time, not 50 us later
             core.take_fire_duty(due)
             signal = registry.ready_signal
             signal.wait(epoch, until)

@@ -18,6 +18,7 @@ import time
 from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.group_registry import GroupRegistry
 from broker_adapter.embedded.retention import Retention
+from broker_adapter.embedded.timer_slack import tighten as tighten_timer_slack
 
 log = logging.getLogger("chronoq.broker_adapter.EmbeddedBroker")
 log.addHandler(logging.NullHandler())
@@ -65,6 +66,7 @@ class WheelThread:
         return self._groups.fire_due()
 
     def _run(self) -> None:
+        tighten_timer_slack()  # wake at a due millisecond, not 50 us after it (Linux)
         core = self._core
         next_trim = 0  # broker time: a ManualClock drives trimming in tests
         while not self._stopping:

@@ -8,6 +8,8 @@ tests that move the clock expect.
 
 from __future__ import annotations
 
+import ctypes
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ import pytest
 from broker_adapter.clock import ManualClock
 from broker_adapter.embedded import EmbeddedBroker
 from broker_adapter.embedded.core import FIRE_DUTY_GRACE_MS
+from broker_adapter.embedded.timer_slack import tighten
 from broker_adapter.message import Message
 from broker_adapter.results import MessageState, ReceivedMessage
 from tests.helpers import eventually
@@ -87,3 +90,36 @@ def test_with_a_manual_clock_the_wheel_thread_fires(
         assert [m.msg_id for m in got] == [sent.msg_id]
     finally:
         broker.close()
+
+
+def _prctl(option: int, value: int = 0) -> int:
+    return int(ctypes.CDLL(None).prctl(option, value, 0, 0, 0))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl timer slack is Linux's")
+def test_a_pull_that_fires_tightens_its_threads_timer_slack(wall_broker: EmbeddedBroker) -> None:
+    consumer = wall_broker.consumer("g", ["t"])
+    due = int(time.time() * 1000) + 300
+    wall_broker.send(Message(topic="t", body=b"x", deliver_at_ms=due))
+    seen: list[tuple[int, int, int]] = []
+
+    def pull() -> None:
+        _prctl(29, 50_000)  # PR_SET_TIMERSLACK: Linux's default, whatever was inherited
+        before = _prctl(30)  # PR_GET_TIMERSLACK
+        got = consumer.pull(10, wait_ms=5000)
+        seen.append((before, len(got), _prctl(30)))
+
+    puller = threading.Thread(target=pull)
+    puller.start()
+    puller.join(10)
+    assert seen == [(50_000, 1, 1)]  # it waited for the due time at 1 ns slack
+    checker: list[tuple[bool, int]] = []
+
+    def check() -> None:
+        _prctl(29, 50_000)
+        checker.append((tighten(), _prctl(30)))
+
+    t = threading.Thread(target=check)
+    t.start()
+    t.join(10)
+    assert checker == [(True, 1)]
