@@ -29,9 +29,9 @@ from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.groups import ConsumerGroup, Pull
 from broker_adapter.embedded.keys import CF_READY, topic_range
 from broker_adapter.embedded.records import delivery_fields
-from broker_adapter.embedded.timer_slack import tighten as tighten_timer_slack
 from broker_adapter.errors import BrokerClosed, ChronoqError
 from broker_adapter.results import NO_PROPERTIES, ReceivedMessage
+from broker_adapter.timer_slack import tighten as tighten_timer_slack
 
 if TYPE_CHECKING:
     from broker_adapter.embedded.group_registry import GroupRegistry

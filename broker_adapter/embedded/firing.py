@@ -18,7 +18,7 @@ import time
 from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.group_registry import GroupRegistry
 from broker_adapter.embedded.retention import Retention
-from broker_adapter.embedded.timer_slack import tighten as tighten_timer_slack
+from broker_adapter.timer_slack import tighten as tighten_timer_slack
 
 log = logging.getLogger("chronoq.broker_adapter.EmbeddedBroker")
 log.addHandler(logging.NullHandler())

@@ -22,11 +22,12 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from broker_adapter.clock import Clock
+from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.errors import InvalidArgument
 from broker_adapter.redis.keys import Keyspace
 from broker_adapter.redis.news import ReadyNews
 from broker_adapter.redis.scripts import Scripts
+from broker_adapter.timer_slack import tighten as tighten_timer_slack
 
 _NEVER = float("inf")
 #: Longest the firer sleeps before it reads the clock again (a step of the system
@@ -79,6 +80,8 @@ class Firer:
         self._chunk = chunk
         self._sweep_s = sweep_s
         self._tick_ms = tick_ms
+        # The system clock's ms reading floors (issue 16): sleep by time.time() instead.
+        self._wall = isinstance(clock, SystemClock)
         n = keys.shards
         self._heads: list[float] = [0.0] * n  # 0: look at once
         self._deadlines: list[float] = [_NEVER] * n
@@ -267,6 +270,7 @@ class Firer:
 
     def _run(self, g: int) -> None:
         """Group ``g``'s thread: pass, then sleep until its earliest known time."""
+        tighten_timer_slack()  # wake at a due millisecond, not 50 us after it (Linux)
         last_full = time.monotonic()
         mine, cond = self._groups[g], self._conds[g]
         while not self._closed:
@@ -292,6 +296,8 @@ class Firer:
                             self._sweep_s - (time.monotonic() - last_full),
                             CLOCK_SLICE_S,
                         )
+                        if self._wall:  # the ms reading floors: wake at the ms's start
+                            timeout = min(timeout, soonest / 1000 - time.time())
                         if timeout > 0:
                             cond.wait(timeout)
                     self._kicked[g] = False

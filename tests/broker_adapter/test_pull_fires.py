@@ -20,9 +20,9 @@ import pytest
 from broker_adapter.clock import ManualClock
 from broker_adapter.embedded import EmbeddedBroker
 from broker_adapter.embedded.core import FIRE_DUTY_GRACE_MS
-from broker_adapter.embedded.timer_slack import tighten
 from broker_adapter.message import Message
 from broker_adapter.results import MessageState, ReceivedMessage
+from broker_adapter.timer_slack import tighten
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.timeout(60)

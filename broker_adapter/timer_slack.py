@@ -5,8 +5,9 @@ default), so that wake-ups can be merged. A thread that waits for a due
 millisecond does not want that: with the slack at 1 ns a 0.5 ms
 ``Condition.wait`` overshot by 53 us at the median instead of 104 us on this
 kind of VM. :func:`tighten` sets it for the calling thread (``prctl
-PR_SET_TIMERSLACK``); the wheel thread calls it when it starts, and a pull that
-fires due messages itself calls it once per thread. Elsewhere it does nothing.
+PR_SET_TIMERSLACK``): the embedded wheel thread and the Redis firer's threads
+call it when they start, and an embedded pull that fires due messages itself
+calls it once per thread. Elsewhere it does nothing.
 """
 
 from __future__ import annotations
