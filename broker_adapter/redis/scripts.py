@@ -98,6 +98,11 @@ class Scripts:
         #: On a cluster each call may touch one slot only; on one instance a looping
         #: script serves every shard in one call.
         self.cluster = isinstance(client, RedisCluster)
+        #: key -> the master that held it when last asked (a slot lookup per key per
+        #: call cost ~20 % of a firing pass's client CPU); dropped on any failed call,
+        #: so a moved slot is looked up again (the failed call goes through the
+        #: cluster client, which follows the redirection).
+        self._nodes: dict[str, Any] = {}
 
     def load(self) -> None:
         """Load every script (on every master of a cluster)."""
@@ -142,8 +147,17 @@ class Scripts:
             return [list(range(len(keys)))]
         groups: dict[str, list[int]] = {}
         for i, k in enumerate(keys):
-            groups.setdefault(self._client.get_node_from_key(k).name, []).append(i)
+            groups.setdefault(self._node(k).name, []).append(i)
         return list(groups.values())
+
+    def _node(self, key: str) -> Any:
+        """The master holding ``key`` (cached until a call fails)."""
+        node = self._nodes.get(key)
+        if node is None:
+            if len(self._nodes) > 4096:  # due keys only, in practice: a bound anyway
+                self._nodes.clear()
+            node = self._nodes[key] = self._client.get_node_from_key(key)
+        return node
 
     def fan(
         self,
@@ -212,7 +226,7 @@ class Scripts:
         more CPU). Returns each reply, or the exception that call met."""
         by_node: dict[str, tuple[Any, list[int]]] = {}
         for i, (_name, key, _args) in enumerate(calls):
-            node = self._client.get_node_from_key(key)
+            node = self._node(key)
             by_node.setdefault(node.name, (node, []))[1].append(i)
         missing = object()
         out: list[Any] = [missing] * len(calls)
@@ -255,6 +269,8 @@ class Scripts:
                         out[i] = lost
             finally:
                 pool.release(conn)
+        if any(isinstance(r, Exception) for r in out):
+            self._nodes.clear()  # a slot may have moved: look every key up again
         return out
 
     def _run(self, calls: Sequence[Call]) -> list[Any]:

@@ -272,6 +272,61 @@ def test_firing_groups_must_cover_every_shard_once(
         )
 
 
+def _set_slot_owner(cluster: RedisClusterProcs, slot: int, node_id: str) -> None:
+    for node in cluster.nodes:
+        client = redis.Redis(host="127.0.0.1", port=node.port)
+        try:
+            client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id)
+        finally:
+            client.close()
+
+
+def test_a_shard_whose_slot_moved_to_another_master_is_still_sent_to_and_fired(
+    quiet: tuple[RedisBroker, Any, ManualClock], cluster: RedisClusterProcs
+) -> None:
+    broker, client, clock = quiet
+    keys = broker.keyspace
+    # Given a broker that looked up (and cached) every shard's master, then shard 0's
+    # slot (empty yet) moved to another master
+    slot = client.keyslot(keys.due_keys[0])
+    old = client.get_node_from_key(keys.due_keys[0])
+    ids: dict[int, str] = {}
+    for port in _ports(cluster):
+        with redis.Redis(host="127.0.0.1", port=port) as one:
+            ids[port] = one.cluster("myid")
+    new = next(p for p in ids if p != old.port)
+    _set_slot_owner(cluster, slot, ids[new])
+    try:
+        c = broker.consumer("g", ["moved"])
+        # When a batch goes to every shard and fires, Then each message is stored
+        # once, in its shard's slot on the new master, and fires
+        sent = broker.send_batch([Message("moved", b"x", delay_ms=1_000) for _ in range(24)])
+        assert len({r.msg_id for r in sent}) == 24
+        with redis.Redis(host="127.0.0.1", port=new) as on_new:
+            assert on_new.zcard(keys.due_keys[0]) == 2
+        firer = Firer(
+            Scripts(client),
+            client,
+            keys,
+            clock,
+            ReadyNews(client, keys.ready_channel),
+            lambda: None,
+            retention_ms=DEFAULT_RETENTION_MS,
+            groups=Scripts(client).by_node(keys.due_keys),
+        )
+        clock.advance(1_000)
+        assert firer.fire_once() == 24
+        got = pull_until(c, 24, timeout=30, max_messages=24)
+        assert {m.msg_id for m in got} == {r.msg_id for r in sent}
+    finally:
+        ClusterFactory(cluster).cleanup()
+        _set_slot_owner(cluster, slot, ids[old.port])
+
+
+def _ports(cluster: RedisClusterProcs) -> list[int]:
+    return [n.port for n in cluster.nodes]
+
+
 def test_lost_script_caches_on_the_masters_are_reloaded(
     cluster_harness: Harness, cluster: RedisClusterProcs
 ) -> None:
