@@ -6,7 +6,8 @@ threads, due uniformly over ``seconds`` starting ``--lead`` s after sending bega
 ``rate`` fires/s. One consumer thread in the process pulls 256 at a time and acks
 each message; lateness is its receipt time minus the due time (ms). The rounds
 alternate one instance (``--single-shards`` shards, default 1) and a 3-master
-cluster (``--cluster-shards``, default 12), both started once by this script on
+cluster (``--cluster-shards``, default 12; several counts, e.g. ``12,3``, are setups
+of their own in every round), all started once by this script on
 loopback ports (tests/redis_server.py).
 
 Per round it prints lateness P50/P99/P99.9, the batched send rate, and for the
@@ -207,7 +208,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def summary(singles: list[Round], clusters: list[Round]) -> None:
+def summary(singles: list[Round], clusters: list[Round], title: str) -> None:
     rows: list[tuple[str, str]] = []
     for key in ("p50", "p99", "p99.9", "send"):
         per: list[float] = []
@@ -228,7 +229,18 @@ def summary(singles: list[Round], clusters: list[Round]) -> None:
                 f"busiest server {cpu:.1f} us, all servers {total:.1f} us, client {client:.1f} us",
             )
         )
-    print_block("redis_cluster_fire: cluster / single (per round pair)", rows)
+    # On paper: a master serves 1/M of the messages (shards spread evenly), so its CPU per
+    # message it serves is its CPU per message of the run times M; it saturates at
+    # 1e6 / that per second, M masters at M times it, unless the client runs out first.
+    masters = len(clusters[0].cpu_us)
+    own = statistics.median(max(r.cpu_us) for r in clusters) * masters
+    client = statistics.median(r.client_us for r in clusters)
+    one = statistics.median(max(r.cpu_us) for r in singles)
+    rows.append(("master CPU/own msg", f"{own:.1f} us (one instance: {one:.1f} us)"))
+    limits = ", ".join(f"{m}: {num(m * 1e6 / own)}" for m in (1, 3, 6, 12))
+    rows.append(("max fires/s Redis", f"by masters {limits}"))
+    rows.append(("max fires/s client", f"{num(1e6 / client)} per core a client process gets"))
+    print_block(f"redis_cluster_fire: {title} / one instance (per round pair)", rows)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -242,7 +254,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--body-size", type=int, default=100)
     p.add_argument("--grace", type=float, default=10.0)
     p.add_argument("--single-shards", type=int, default=1)
-    p.add_argument("--cluster-shards", type=int, default=12)
+    p.add_argument(
+        "--cluster-shards",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=[12],
+        help="shard counts on the cluster, each its own setup in every round (e.g. 12,3)",
+    )
     return p.parse_args(argv)
 
 
@@ -262,18 +279,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             for node in cluster.nodes:
                 assert node.proc is not None
                 nodes.append(Node(node.port, psutil.Process(node.proc.pid)))
-            many = Setup("3-master cluster", cluster.url, nodes)
-            singles: list[Round] = []
-            clusters: list[Round] = []
+            plan = [(single, args.single_shards)] + [
+                (Setup(f"3-master cluster, {n} shards", cluster.url, nodes), n)
+                for n in args.cluster_shards
+            ]
+            rounds: dict[str, list[Round]] = {setup.name: [] for setup, _ in plan}
             for i in range(args.rounds):
-                for setup, shards, out in (
-                    (single, args.single_shards, singles),
-                    (many, args.cluster_shards, clusters),
-                ):
+                for setup, shards in plan:
                     r = run_round(setup, args, shards, seed=i)
                     show(r, args)
-                    out.append(r)
-            summary(singles, clusters)
+                    rounds[setup.name].append(r)
+            for setup, _ in plan[1:]:
+                summary(rounds[single.name], rounds[setup.name], setup.name)
         finally:
             cluster.stop()
             server.stop()
