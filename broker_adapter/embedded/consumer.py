@@ -29,7 +29,7 @@ from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.groups import ConsumerGroup, Pull
 from broker_adapter.embedded.keys import CF_READY, topic_range
 from broker_adapter.embedded.records import delivery_fields
-from broker_adapter.errors import BrokerClosed, ChronoqError
+from broker_adapter.errors import BrokerClosed
 from broker_adapter.results import NO_PROPERTIES, ReceivedMessage
 from broker_adapter.timer_slack import tighten as tighten_timer_slack
 
@@ -157,9 +157,11 @@ class EmbeddedConsumer(Consumer):
             registry.check_open()
             if signal.epoch != epoch:
                 return True  # woken: look for messages first
+        registry.check_open()
         try:
             fired = registry.fire_due()
-        except ChronoqError:  # e.g. a full disk: the wheel thread retries and reports
+        except Exception:  # noqa: BLE001 - e.g. a full disk: the wheel thread retries and logs
+            registry.check_open()  # closed meanwhile: BrokerClosed, as a waiting pull gets
             return False
         if not fired and until <= 0:
             # Due but nothing fired: the near window loads a moment after its load

@@ -20,6 +20,7 @@ import pytest
 from broker_adapter.clock import ManualClock
 from broker_adapter.embedded import EmbeddedBroker
 from broker_adapter.embedded.core import FIRE_DUTY_GRACE_MS
+from broker_adapter.errors import BrokerClosed
 from broker_adapter.message import Message
 from broker_adapter.results import MessageState, ReceivedMessage
 from broker_adapter.timer_slack import tighten
@@ -123,3 +124,25 @@ def test_a_pull_that_fires_tightens_its_threads_timer_slack(wall_broker: Embedde
     t.start()
     t.join(10)
     assert checker == [(True, 1)]
+
+
+def test_closing_the_broker_ends_a_pull_waiting_to_fire(data_dir: Path) -> None:
+    broker = EmbeddedBroker(str(data_dir))
+    consumer = broker.consumer("g", ["t"])
+    due = int(time.time() * 1000) + 3000
+    broker.send(Message(topic="t", body=b"x", deliver_at_ms=due))
+    errors: list[BaseException] = []
+
+    def pull() -> None:
+        try:
+            consumer.pull(10, wait_ms=20_000)
+        except BrokerClosed as e:
+            errors.append(e)
+
+    puller = threading.Thread(target=pull)
+    puller.start()
+    eventually(lambda: broker.core.wheel_wake_ms(due) == due + FIRE_DUTY_GRACE_MS, timeout=5)
+    broker.close()
+    puller.join(10)
+    assert not puller.is_alive()
+    assert len(errors) == 1
