@@ -81,6 +81,7 @@ class Setup:
     name: str
     url: str
     nodes: list[Node]
+    per_master: bool = True
 
     def flush(self) -> None:
         for n in self.nodes:
@@ -113,7 +114,7 @@ class Round:
 
 def run_round(setup: Setup, args: argparse.Namespace, shards: int, seed: int) -> Round:
     setup.flush()
-    broker = RedisBroker.from_url(setup.url, shards=shards)
+    broker = RedisBroker.from_url(setup.url, shards=shards, fire_per_master=setup.per_master)
     consumer = broker.consumer("bench", ["bench"], max_inflight=10_000)
     lateness: list[float] = []
     stop = threading.Event()
@@ -255,6 +256,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--grace", type=float, default=10.0)
     p.add_argument("--single-shards", type=int, default=1)
     p.add_argument(
+        "--one-firer",
+        action="store_true",
+        help="also the first cluster shard count with one firing thread for all masters",
+    )
+    p.add_argument(
         "--cluster-shards",
         type=lambda v: [int(x) for x in v.split(",")],
         default=[12],
@@ -283,6 +289,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 (Setup(f"3-master cluster, {n} shards", cluster.url, nodes), n)
                 for n in args.cluster_shards
             ]
+            if args.one_firer:
+                n = args.cluster_shards[0]
+                name = f"3-master cluster, {n} shards, one firing thread"
+                plan.append((Setup(name, cluster.url, nodes, per_master=False), n))
             rounds: dict[str, list[Round]] = {setup.name: [] for setup, _ in plan}
             for i in range(args.rounds):
                 for setup, shards in plan:

@@ -104,6 +104,10 @@ class RedisBroker(AdapterBase):
     :param fire: run a firing thread in this process (default); ``False`` for
         processes that only send.
     :param fire_chunk: most entries one shard fires per script call.
+    :param fire_per_master: on a cluster, one firing thread per master, whose passes
+        wait for that master only. Off by default: on 2 shared cores it cost ~30 % more
+        client CPU per message for no lateness gain (``bench/redis_cluster_fire.py
+        --one-firer``); it may pay where masters answer with uneven latency.
     """
 
     def __init__(
@@ -118,6 +122,7 @@ class RedisBroker(AdapterBase):
         retention_ms: int = DEFAULT_RETENTION_MS,
         fire: bool = True,
         fire_chunk: int = 1000,
+        fire_per_master: bool = False,
     ) -> None:
         keys = Keyspace.for_client(prefix, shards, cluster=isinstance(client, redis.RedisCluster))
         check_positive_settings(
@@ -150,7 +155,7 @@ class RedisBroker(AdapterBase):
             self._acks.flush,
             retention_ms=retention_ms,
             chunk=fire_chunk,
-            groups=self._scripts.by_node(keys.due_keys),  # one firing thread per master
+            groups=self._scripts.by_node(keys.due_keys) if fire_per_master else None,
         )
         self._listener = Listener(client, keys, self._firer, self._news)
         with redis_errors("subscribe"):

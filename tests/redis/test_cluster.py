@@ -3,6 +3,7 @@ passes on it unchanged, and messages spread evenly over the masters."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -251,6 +252,27 @@ def test_each_master_has_its_own_firing_thread_whose_pass_calls_that_master_only
     assert fired == 240
     got = pull_until(c, 240, timeout=30, max_messages=240)
     assert {m.msg_id.split("-")[0] for m in got} == {str(s) for s in range(K.DEFAULT_SHARDS)}
+
+
+@pytest.mark.parametrize(("per_master", "threads"), [(False, 1), (True, 3)])
+def test_a_cluster_broker_fires_on_one_thread_or_one_per_master(
+    cluster: RedisClusterProcs, per_master: bool, threads: int
+) -> None:
+    def firing() -> set[str]:
+        return {t.name for t in threading.enumerate() if t.name.startswith("chronoq-redis-fir")}
+
+    before = firing()
+    broker = RedisBroker.from_url(cluster.url, fire_per_master=per_master)
+    try:
+        assert len(firing() - before) == threads
+        c = broker.consumer("g", ["t"])
+        sent = broker.send_batch([Message("t", b"%d" % i) for i in range(24)])  # every shard
+        got = pull_until(c, 24, timeout=30, max_messages=24)
+        assert {m.msg_id for m in got} == {r.msg_id for r in sent}
+    finally:
+        broker.close()
+        ClusterFactory(cluster).cleanup()
+    assert firing() == before
 
 
 @pytest.mark.parametrize("groups", [[[0, 1], [1, 2]], [[0, 1]], [[0, 1, 2, 3]]])
