@@ -259,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
             c1 = proc.cpu_times()
             th1 = thread_cpu()
             gc.callbacks.remove(pauses)
+            tracked = len(gc.get_objects())  # before this script's own analysis below
         finally:
             dispatcher.stop()
             thread.join()
@@ -307,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
         + " / ".join(f"{x * 1000:.2f}" for x in pauses.longest)
         + " ms, total "
         + " / ".join(f"{x * 1000:.0f}" for x in pauses.total)
-        + f" ms; objects tracked at the end {len(gc.get_objects()):,}"
+        + f" ms; objects tracked at the end {tracked:,}"
     )
     for group, profs in sorted(profiles.by_group.items()):
         print_profile(group, profs, args.profile)
