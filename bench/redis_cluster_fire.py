@@ -81,7 +81,7 @@ class Setup:
     name: str
     url: str
     nodes: list[Node]
-    per_master: bool = True
+    per_master: bool = False  # RedisBroker's default: one firing thread
 
     def flush(self) -> None:
         for n in self.nodes:
@@ -256,9 +256,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--grace", type=float, default=10.0)
     p.add_argument("--single-shards", type=int, default=1)
     p.add_argument(
-        "--one-firer",
+        "--per-master",
         action="store_true",
-        help="also the first cluster shard count with one firing thread for all masters",
+        help="also the first cluster shard count with a firing thread per master",
     )
     p.add_argument(
         "--cluster-shards",
@@ -289,10 +289,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 (Setup(f"3-master cluster, {n} shards", cluster.url, nodes), n)
                 for n in args.cluster_shards
             ]
-            if args.one_firer:
+            if args.per_master:
                 n = args.cluster_shards[0]
-                name = f"3-master cluster, {n} shards, one firing thread"
-                plan.append((Setup(name, cluster.url, nodes, per_master=False), n))
+                name = f"3-master cluster, {n} shards, a firing thread per master"
+                plan.append((Setup(name, cluster.url, nodes, per_master=True), n))
             rounds: dict[str, list[Round]] = {setup.name: [] for setup, _ in plan}
             for i in range(args.rounds):
                 for setup, shards in plan:

@@ -107,7 +107,7 @@ class RedisBroker(AdapterBase):
     :param fire_per_master: on a cluster, one firing thread per master, whose passes
         wait for that master only. Off by default: on 2 shared cores it cost ~30 % more
         client CPU per message for no lateness gain (``bench/redis_cluster_fire.py
-        --one-firer``); it may pay where masters answer with uneven latency.
+        --per-master``); it may pay where masters answer with uneven latency.
     """
 
     def __init__(
