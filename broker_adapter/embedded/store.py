@@ -215,7 +215,7 @@ class RocksStore:
                 raise BrokerLocked(str(self.path), self._holder()) from e
             raise BrokerError(f"cannot open RocksDB at {self.path}: {text}") from e
         if not read_only:
-            RocksStore._open_here.add(self.path)
+            self._open_here.add(self.path)  # the class's set: shared by every store
             try:
                 self._write_owner()
             except OSError as e:
@@ -332,7 +332,7 @@ class RocksStore:
         """Close the DB whatever state it is in, and drop every family object so its
         LOCK goes (a DB that refuses writes raises on close)."""
         db = self.__dict__.pop("db", None)
-        RocksStore._open_here.discard(self.path)
+        self._open_here.discard(self.path)
         if db is not None:
             try:
                 db.close()

@@ -22,7 +22,7 @@ from broker_adapter.errors import (
     MessageTooLarge,
     UnknownScheme,
 )
-from broker_adapter.message import DELAY_LEVELS, Message, check_topic
+from broker_adapter.message import DELAY_LEVELS, MAX_TAGS_CHARS, Message, check_topic
 
 NOW = 1_700_000_000_000
 
@@ -69,7 +69,7 @@ BAD_MESSAGES: list[tuple[str, dict[str, Any], type[Exception]]] = [
     ("key-513-chars", {"key": "k" * 513}, InvalidMessage),
     ("key-int", {"key": 42}, InvalidMessage),
     ("tags-int", {"tags": 1}, InvalidMessage),
-    ("tags-129-chars", {"tags": "t" * 129}, InvalidMessage),
+    ("tags-too-long", {"tags": "t" * (MAX_TAGS_CHARS + 1)}, InvalidMessage),
     ("properties-int-value", {"properties": {"a": 1}}, InvalidMessage),
     ("properties-int-key", {"properties": {1: "a"}}, InvalidMessage),
     ("properties-list", {"properties": ["a"]}, InvalidMessage),
@@ -111,7 +111,7 @@ def test_invalid_topic_keeps_the_topic() -> None:
         {"topic": "Orders_2024.v1-eu"},
         {"key": "k" * 512},
         {"key": "order:42"},
-        {"tags": "t" * 128},
+        {"tags": "t" * MAX_TAGS_CHARS},
         {"properties": {}},
         {"body": b""},
         {"delay_ms": 0},
