@@ -18,6 +18,7 @@ that fires due messages and keeps house, and the base's thread serving
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -46,7 +47,7 @@ from broker_adapter.embedded.prefix_abort import abort_prefix
 from broker_adapter.embedded.query import MessageQuery
 from broker_adapter.embedded.records import encode
 from broker_adapter.embedded.retention import Retention
-from broker_adapter.errors import InvalidArgument, InvalidDelay
+from broker_adapter.errors import InvalidArgument, InvalidDelay, StorageFull
 from broker_adapter.message import Message
 from broker_adapter.results import (
     AbortResult,
@@ -63,6 +64,9 @@ from broker_adapter.results import (
     TopicStats,
 )
 from broker_adapter.urls import split_url
+
+log = logging.getLogger("chronoq.broker_adapter.EmbeddedBroker")
+log.addHandler(logging.NullHandler())
 
 _OK, _DUP = SendStatus.OK, SendStatus.DUPLICATE
 
@@ -408,5 +412,11 @@ class EmbeddedBroker(AdapterBase):
         """See :meth:`BrokerAdapter.close`."""
         self._groups.notify()  # waiting pulls answer BrokerClosed
         self._wheel_thread.stop()
-        self._groups.close()
-        self._core.close()
+        try:
+            self._groups.close()
+        except StorageFull as e:
+            # Cursors not saved mean some acked messages are delivered again after a
+            # reopen (at least once), never a loss; the directory must be released.
+            log.warning("closing %s without saving consumer cursors: %s", self.path, e)
+        finally:
+            self._core.close()

@@ -7,6 +7,7 @@ free space, since RocksDB needs room for its WAL replay when it reopens.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -159,6 +160,33 @@ def test_close_on_a_full_disk_releases_and_opening_says_storage_full(small_disk:
         again.close()
 
 
+def test_close_with_unsaved_consumer_cursors_on_a_full_disk_still_releases(
+    small_disk: Path,
+) -> None:
+    # Given a consumer that acked a message after the disk filled up (its cursor is
+    # still to be saved, and saving it is refused)
+    data = small_disk / "db"
+    broker = EmbeddedBroker(data)
+    sent = broker.send(Message("c", b"now"))
+    consumer = broker.consumer("g", ["c"])
+    got = pull_one(consumer)
+    assert got.msg_id == sent.msg_id
+    fill(broker)
+    with contextlib.suppress(StorageFull):  # its cursor write may be refused at once
+        consumer.ack(got)
+    # When the broker closes, that does not raise, and the directory is released
+    broker.close()
+    grow(small_disk)
+    again = EmbeddedBroker(data)
+    try:
+        # Then nothing is lost: the message is acked or, its cursor unsaved, delivered
+        # again (at least once)
+        redelivered = again.consumer("g", ["c"]).pull(8, 500)
+        assert [m.msg_id for m in redelivered] in ([], [sent.msg_id])
+    finally:
+        again.close()
+
+
 def test_a_nack_refused_by_a_full_disk_keeps_the_message_in_flight(small_disk: Path) -> None:
     # Given a pulled message, then a full disk
     clock = ManualClock(1_000_000)
@@ -209,7 +237,11 @@ def test_a_dispatcher_survives_a_retry_refused_by_a_full_disk_and_runs_the_job_a
         with Dispatcher(app) as dispatcher:
             # When its retry (a nack) is refused, the dispatcher logs it and lives on
             assert dispatcher.run_until_idle() == 1
-            assert "retry failed" in caplog.text and "no space left" in caplog.text
+            eventually(
+                lambda: "retry failed" in caplog.text and "no space left" in caplog.text,
+                timeout=20,
+                what="the refused retry logged",
+            )
             # Then, once there is room, the message comes back after its invisible
             # time and the job runs again
             grow(small_disk)
