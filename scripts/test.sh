@@ -9,7 +9,7 @@ failed=()
 .venv/bin/ruff check . || failed+=("ruff check")
 .venv/bin/ruff format --check . || failed+=("ruff format --check")
 .venv/bin/mypy || failed+=("mypy")
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=15 "$@"
 status=$?
 if [ "$status" -eq 5 ]; then
     echo "no test ran: failing" >&2
