@@ -45,6 +45,7 @@ if __package__ in (None, ""):
 import psutil  # type: ignore[import-untyped]
 import redis
 
+from bench.loadgen import ConsumerThread
 from bench.stats import cpu_seconds, format_percentiles, load_average, num, percentiles, print_block
 from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
@@ -116,18 +117,10 @@ def run_round(setup: Setup, args: argparse.Namespace, shards: int, seed: int) ->
     setup.flush()
     broker = RedisBroker.from_url(setup.url, shards=shards, fire_per_master=setup.per_master)
     consumer = broker.consumer("bench", ["bench"], max_inflight=10_000)
-    lateness: list[float] = []
     stop = threading.Event()
-
-    def consume() -> None:
-        while not stop.is_set():
-            got = consumer.pull(256, 100)
-            now = time.time() * 1000
-            for m in got:
-                lateness.append(now - m.deliver_at_ms)
-                consumer.ack(m)
-
-    worker = threading.Thread(target=consume, daemon=True)
+    # One ack per message, as a dispatcher settles each job on its own.
+    worker = ConsumerThread(consumer, stop, pull_max=256, wait_ms=100, ack_each=True)
+    lateness = worker.lateness
     worker.start()
     n = int(args.rate * args.seconds)
     start = int(time.time() * 1000) + int(args.lead * 1000)
