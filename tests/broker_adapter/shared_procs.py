@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 CHRONOQ = str(Path(sys.executable).with_name("chronoq"))
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +33,22 @@ def run_env(data: Path, runs: Path) -> dict[str, str]:
 def python_env() -> dict[str, str]:
     """This environment with the project root as ``PYTHONPATH``."""
     return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def run_script_json(code: str, *argv: str) -> Any:
+    """Run ``python -c code argv`` from the project root to its end (2 min at most);
+    what it printed, as JSON. Fails the test with its stderr's tail if it failed."""
+    child = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=120,
+        env=python_env(),
+        cwd=ROOT,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads(child.stdout)
 
 
 def start_script(

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from broker_adapter import Message, open_broker
 from broker_adapter.results import MessageState
 from broker_adapter.shared.broker import SOCKET_NAME, Role, SharedBroker
-from tests.broker_adapter.shared_procs import ROOT, kill_script, python_env, start_script
+from tests.broker_adapter.shared_procs import kill_script, run_script_json, start_script
 from tests.helpers import eventually, pull_one
 
 HOUR = 3_600_000
@@ -63,17 +62,7 @@ def test_a_client_process_settles_the_owners_dead_letters(tmp_path: Path) -> Non
         pending = owner.send(Message("orders", b"later", delay_ms=HOUR)).msg_id
         now = owner.query(pending).born_ms  # type: ignore[union-attr]
 
-        child = subprocess.run(
-            [sys.executable, "-c", CLIENT, str(data), json.dumps(ids), str(now)],
-            capture_output=True,
-            check=False,
-            text=True,
-            timeout=120,
-            env=python_env(),
-            cwd=ROOT,
-        )
-        assert child.returncode == 0, child.stderr[-3000:]
-        seen = json.loads(child.stdout)
+        seen = run_script_json(CLIENT, str(data), json.dumps(ids), str(now))
         assert seen["role"] == "client"
         assert seen["dead"] == [[ids[i], "orders", f"bad {i}", f"o{i}"] for i in range(3)]
         assert (seen["requeued"], seen["purged"], seen["counts"]) == (1, 1, [1])

@@ -4,17 +4,15 @@ keeps what they did. Real processes and a real directory."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from broker_adapter import Message, open_broker
 from broker_adapter.results import RescheduleStatus
 from broker_adapter.shared.broker import SOCKET_NAME, Role, SharedBroker
-from tests.broker_adapter.shared_procs import ROOT, kill_script, python_env, start_script
+from tests.broker_adapter.shared_procs import kill_script, run_script_json, start_script
 from tests.helpers import eventually
 
 HOUR = 3_600_000
@@ -57,17 +55,7 @@ def test_a_client_process_reschedules_on_the_owner(tmp_path: Path) -> None:
         at = int(time.time() * 1000) + 50 * 60_000
 
         # a second process opens the same directory: a client; its calls go to the owner
-        child = subprocess.run(
-            [sys.executable, "-c", CLIENT, str(data), str(at)],
-            capture_output=True,
-            check=False,
-            text=True,
-            timeout=120,
-            env=python_env(),
-            cwd=ROOT,
-        )
-        assert child.returncode == 0, child.stderr[-3000:]
-        seen = json.loads(child.stdout)
+        seen = run_script_json(CLIENT, str(data), str(at))
         assert seen["role"] == "client"
         assert seen["moved"] == ["RESCHEDULED", close.msg_id, at]
         assert seen["page"] == [
