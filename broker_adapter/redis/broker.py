@@ -428,6 +428,11 @@ class RedisBroker(AdapterBase):
         self._news.tell(())  # waiting pulls see that
         try:
             self._client.close()
+            pool = getattr(self._client, "connection_pool", None)  # none on a cluster client
+            manager = getattr(pool, "sentinel_manager", None)
+            if manager is not None:  # a Sentinel's master: its Sentinel clients hold sockets
+                for sentinel in manager.sentinels:
+                    sentinel.close()
             if isinstance(self._client, redis.RedisCluster):
                 # RedisCluster.close leaves its nodes' pooled sockets open (redis-py 8)
                 for node in self._client.get_nodes():  # type: ignore[no-untyped-call]
