@@ -6,8 +6,11 @@ on its own (a :class:`~workers.executors.base.Handoff`) frees its slot at once a
 is *awaited* instead; at most ``max_awaiting`` are, and pulls wait beyond that.
 
 Exactly one thread settles a run's message: the one that :meth:`InFlight.claim`\\ s
-it first (the job's end, its timeout, or the drain). All of it is under one
-condition variable, which also wakes the pull loop and the drain.
+it first (the job's end, its timeout, or the drain). The run stays held, and
+uncounted, until that thread reports the settle done (:meth:`InFlight.settled`):
+an idle check or a drain that saw it gone could otherwise close the consumer
+before its ack or nack went out. All of it is under one condition variable,
+which also wakes the pull loop and the drain.
 """
 
 from __future__ import annotations
@@ -121,10 +124,14 @@ class InFlight:
         if run.settled:
             return False
         run.settled = True
-        self._runs.discard(run)
-        self.processed += 1
-        self._cv.notify_all()
         return True
+
+    def settled(self, run: Run) -> None:
+        """The claimer of ``run`` settled its message (or gave up): let it go, count it."""
+        with self._cv:
+            self._runs.discard(run)
+            self.processed += 1
+            self._cv.notify_all()
 
     def count(self) -> None:
         """A message settled without a run (skipped, dead-lettered at once) counts too."""
@@ -139,7 +146,8 @@ class InFlight:
 
     def wait_and_claim_rest(self, timeout_s: float) -> list[Run]:
         """Wait up to ``timeout_s`` (or until :meth:`hurry`) for the held runs to
-        settle; claim and return those still held."""
+        settle; claim and return those still held and unclaimed (their claimer
+        reports :meth:`settled` as usual)."""
         deadline = time.monotonic() + timeout_s
         with self._cv:
             while self._runs and not self._hurry and (left := deadline - time.monotonic()) > 0:

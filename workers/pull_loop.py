@@ -317,11 +317,14 @@ class PullLoop:
     def _settle_run(self, run: Run, d: Decision) -> str:
         """Settle a claimed run's message as ``d`` says; the words for its log line."""
         m = run.message
-        for before_settle in self.calls.before_settle:
-            before_settle(m, run.spec.name, run, d.settlement, d.reason)
-        outcome = self._settler.settle(m, d.settlement, d.reason, d.delay_ms)
-        for after_settle in self.calls.after_settle:
-            after_settle(m, outcome)
+        try:
+            for before_settle in self.calls.before_settle:
+                before_settle(m, run.spec.name, run, d.settlement, d.reason)
+            outcome = self._settler.settle(m, d.settlement, d.reason, d.delay_ms)
+            for after_settle in self.calls.after_settle:
+                after_settle(m, outcome)
+        finally:  # only now may the run count as processed and leave the held set
+            self._flow.settled(run)
         return outcome
 
     def _settle_alone(self, m: ReceivedMessage, job: str | None, d: Decision) -> None:

@@ -3,6 +3,7 @@ settles), CronGate (max_running), TimeoutWatch (which job expires), Run."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 from broker_adapter.results import ReceivedMessage
@@ -52,7 +53,9 @@ def test_slots_bound_the_room_and_a_handoff_frees_its_slot() -> None:
     assert (flow.slots_taken, flow.awaiting) == (1, 1)
     assert flow.room(0) == 0  # max_awaiting reached: no pull either
     assert flow.end_job(a, slot=False, next_job=None) is JobEnd.SETTLE
-    assert (flow.room(0), flow.awaiting, len(flow), flow.processed) == (1, 0, 1, 1)
+    assert (flow.room(0), flow.awaiting, len(flow), flow.processed) == (1, 0, 2, 0)
+    flow.settled(a)  # its claimer acked
+    assert (len(flow), flow.processed) == (1, 1)
 
 
 def test_only_one_thread_settles_a_run() -> None:
@@ -62,7 +65,27 @@ def test_only_one_thread_settles_a_run() -> None:
     assert flow.claim(run, run.job)  # e.g. its timeout
     assert not flow.claim(run, run.job)
     assert flow.end_job(run, slot=True, next_job=None) is JobEnd.SETTLED  # its late end
+    flow.settled(run)
     assert (flow.processed, len(flow), flow.slots_taken) == (1, 0, 0)
+
+
+def test_a_claimed_run_is_held_until_its_settle_is_done() -> None:
+    """The drain (and an idle check) must not see a run gone while its ack is on its
+    way: the dispatcher would close the consumer and the message be released."""
+    flow = InFlight(capacity=4, max_awaiting=4)
+    run = _run()
+    flow.add(run)
+    assert flow.end_job(run, slot=True, next_job=None) is JobEnd.SETTLE
+    assert (len(flow), flow.processed) == (1, 0)
+    waited: list[list[Run]] = []
+    drain = threading.Thread(target=lambda: waited.append(flow.wait_and_claim_rest(30.0)))
+    drain.start()
+    drain.join(0.2)
+    assert drain.is_alive()  # still waiting for the settle in progress
+    flow.settled(run)
+    drain.join(10)
+    assert waited == [[]]  # nothing left to release: the claimer settled it
+    assert (len(flow), flow.processed) == (0, 1)
 
 
 def test_a_cron_run_goes_on_and_a_late_timeout_of_its_last_job_cannot_claim_it() -> None:
@@ -85,8 +108,10 @@ def test_the_drain_claims_what_is_left_and_hurry_cuts_the_wait() -> None:
     flow.add(done)
     flow.add(stuck)
     assert flow.end_job(done, slot=True, next_job=None) is JobEnd.SETTLE
+    flow.settled(done)
     flow.hurry()
     assert flow.wait_and_claim_rest(60.0) == [stuck]  # returns at once: hurried
+    flow.settled(stuck)
     assert stuck.settled and flow.processed == 2
 
 
