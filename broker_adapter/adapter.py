@@ -154,8 +154,15 @@ class AdapterBase(DeadLetterCalls, BrokerAdapter):
 
     def send(self, message: Message) -> SendResult:
         """See :meth:`BrokerAdapter.send`."""
-        self.check_open()
-        check_messages((message,), self.max_body_bytes)
+        if self._closed:
+            self.check_open()
+        # check_messages((message,), ...) inlined: a single send is the hot path of
+        # schedule() (issue 16); same checks, same errors.
+        limit = self.max_body_bytes
+        if type(message) is not Message or (
+            limit is not None and (message.properties or len(message.body) > limit)
+        ):
+            check_messages((message,), limit)
         return self._send_one(message)
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:

@@ -56,7 +56,7 @@ from scheduler.errors import InvalidSchedule
 from scheduler.receipts import ScheduledJob, receipt_class
 from scheduler.run_control import RunControl
 from scheduler.spec import CRON_KEY_PREFIX, CronSpec, JobSpec
-from scheduler.timing import TimingFields, resolve_timing
+from scheduler.timing import resolve_timing
 from scheduler.wire import Positional, make_encoder, positional
 
 if TYPE_CHECKING:
@@ -64,6 +64,11 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+_NOW: Positional = (None, None, None, None, None)
+# Receipts are named tuples: tuple.__new__ builds one without NamedTuple's Python-level
+# __new__ (a third of the cost, once per scheduled run).
+_new = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +129,7 @@ class JobHandle(RunControl, Generic[P, R]):
         #: The topic this job's messages go to.
         self.topic = spec.topic_or(app.settings.topic)
         self._encode = make_encoder(spec.name)
+        self._name = spec.name
         self._tolerance = app.settings.past_tolerance_ms
         self._calls = _CallNames.of(spec.name)
         # Receipts of this class act on their run through this handle (receipt.run_now()).
@@ -148,21 +154,24 @@ class JobHandle(RunControl, Generic[P, R]):
 
     def _timing(
         self, delay: timedelta | float | None, at: datetime | None, delay_level: int | None
-    ) -> TimingFields:
-        # Fast path: a plain number of seconds needs no datetime work.
+    ) -> Positional:
+        """The checked timing as Message's positional fields after ``tags``."""
+        # Fast path: a plain number of seconds needs no datetime work (nor a dict).
         if at is None and delay_level is None:
             if delay is None:
-                return {}
+                return _NOW
             if type(delay) is int and delay >= 0:
-                return {"delay_ms": delay * 1000}
+                return (None, delay * 1000, None, None, None)
             if type(delay) is float and 0.0 <= delay < 1e15:
-                return {"delay_ms": round(delay * 1000)}
-        return resolve_timing(
-            now_ms=self.app.clock.now_ms(),
-            past_tolerance_ms=self._tolerance,
-            delay=delay,
-            at=at,
-            delay_level=delay_level,
+                return (None, round(delay * 1000), None, None, None)
+        return positional(
+            resolve_timing(
+                now_ms=self.app.clock.now_ms(),
+                past_tolerance_ms=self._tolerance,
+                delay=delay,
+                at=at,
+                delay_level=delay_level,
+            )
         )
 
     def schedule(
@@ -194,8 +203,8 @@ class JobHandle(RunControl, Generic[P, R]):
         :raises InvalidDelay: when the due time is past the broker's max delay.
         """
         message = self._message(args, kwargs, delay, at, delay_level, key)
-        result = self.app.client_broker(self._calls.schedule).send(message)
-        return self._receipt(result.msg_id, result.deliver_at_ms, key, result.status)
+        status, msg_id, due = self.app.client_broker(self._calls.schedule).send(message)
+        return _new(self._receipt, (msg_id, due, key, status))  # no NamedTuple.__new__
 
     async def schedule_async(
         self,
@@ -230,7 +239,7 @@ class JobHandle(RunControl, Generic[P, R]):
         if key is not None:
             _check_key(key)
         timing = self._timing(delay, at, delay_level)
-        return Message(self.topic, self._encode(args, kwargs), key, self.spec.name, **timing)
+        return Message(self.topic, self._encode(args, kwargs), key, self._name, *timing)
 
     def schedule_many(
         self,
@@ -261,7 +270,7 @@ class JobHandle(RunControl, Generic[P, R]):
         :raises UnserializableArgument: see :meth:`schedule`.
         :raises TypeError: for an entry that is neither a :class:`Call` nor a 2- or 3-tuple.
         """
-        default = positional(self._timing(delay, at, delay_level))
+        default = self._timing(delay, at, delay_level)
         messages, keys = self._messages(calls, default)
         if not messages:
             return []
@@ -282,7 +291,7 @@ class JobHandle(RunControl, Generic[P, R]):
         :raises BrokerClosed: after the app closed; and what :meth:`schedule_many`
             raises, before anything is sent.
         """
-        default = positional(self._timing(delay, at, delay_level))
+        default = self._timing(delay, at, delay_level)
         messages, keys = self._messages(calls, default)
         if not messages:
             return []
@@ -305,7 +314,7 @@ class JobHandle(RunControl, Generic[P, R]):
             elif isinstance(call, Call):
                 args, kwargs, key = call.args, call.kwargs, call.key
                 timing = (
-                    positional(self._timing(call.delay, call.at, call.delay_level))
+                    self._timing(call.delay, call.at, call.delay_level)
                     if call.has_timing
                     else default
                 )
@@ -390,8 +399,7 @@ def _receipts(
     cls: type[ScheduledJob], results: list[SendResult], keys: list[str | None]
 ) -> list[ScheduledJob]:
     """One ``cls`` receipt per send result (built without NamedTuple's checks)."""
-    new = tuple.__new__
-    return [new(cls, (r[1], r[2], k, r[0])) for r, k in zip(results, keys, strict=True)]
+    return [_new(cls, (r[1], r[2], k, r[0])) for r, k in zip(results, keys, strict=True)]
 
 
 __all__ = ["Call", "CallLike", "JobHandle", "ScheduledJob"]

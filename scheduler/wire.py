@@ -70,23 +70,25 @@ def make_encoder(name: str) -> Callable[[tuple[Any, ...] | list[Any], Mapping[st
     :class:`~scheduler.errors.UnserializableArgument` with its path.
     """
     head = '{"v":1,"job":' + _ENCODER.encode(name) + ',"args":'
-    scalars = _SCALARS
+    scalars, dumps = _SCALARS, _dumps
 
     def encode(args: tuple[Any, ...] | list[Any], kwargs: Mapping[str, Any]) -> bytes:
-        if type(args) in (tuple, list) and type(kwargs) is dict:
+        kind = type(args)
+        if (kind is tuple or kind is list) and type(kwargs) is dict:
             for a in args:
                 if type(a) not in scalars:
                     break
             else:
-                for k, v in kwargs.items():
-                    if type(v) not in scalars or type(k) is not str:
-                        break
-                else:
-                    try:
-                        tail = _dumps(kwargs) + "}" if kwargs else "{}}"
-                        return (head + _dumps(args) + ',"kwargs":' + tail).encode()
-                    except ValueError:  # nan or infinity: let JobCall explain
-                        pass
+                try:
+                    if not kwargs:  # the common case: one concatenation
+                        return (head + dumps(args) + ',"kwargs":{}}').encode()
+                    for k, v in kwargs.items():
+                        if type(v) not in scalars or type(k) is not str:
+                            break
+                    else:
+                        return (head + dumps(args) + ',"kwargs":' + dumps(kwargs) + "}").encode()
+                except ValueError:  # nan or infinity: let JobCall explain
+                    pass
         return JobCall(name, tuple(args), kwargs).encode()
 
     return encode

@@ -45,9 +45,9 @@ from broker_adapter.embedded.moves import Rescheduler
 from broker_adapter.embedded.pending_counts import PendingCounter
 from broker_adapter.embedded.prefix_abort import abort_prefix
 from broker_adapter.embedded.query import MessageQuery
-from broker_adapter.embedded.records import encode
 from broker_adapter.embedded.retention import Retention
-from broker_adapter.errors import InvalidArgument, InvalidDelay, StorageFull
+from broker_adapter.embedded.sends import SendWriter
+from broker_adapter.errors import InvalidArgument, StorageFull
 from broker_adapter.message import Message
 from broker_adapter.results import (
     AbortResult,
@@ -115,6 +115,7 @@ class EmbeddedBroker(AdapterBase):
         self.max_body_bytes = max_body_bytes
         self.max_delay_ms = max_delay_ms
         self.retention_ms = retention_ms
+        self._sends = SendWriter(core, self.check_open, max_delay_ms)
         self._groups = GroupRegistry(core, self.check_open, fire_chunk=fire_chunk)
         self._queries = MessageQuery(core, self._groups)
         self._rescheduler = Rescheduler(core, max_delay_ms, max_body_bytes)
@@ -187,94 +188,15 @@ class EmbeddedBroker(AdapterBase):
 
     # -- sending ----------------------------------------------------------------------
 
-    def _send_checked(self, messages: Sequence[Message]) -> list[SendResult]:
-        """See :meth:`BrokerAdapter.send_batch`: one write batch."""
-        props_of = {i: m.properties_bytes() for i, m in enumerate(messages) if m.properties}
-        core = self._core
-        store = core.store
-        pack_wheel = K.wheel_key
-        known_tid, topic_id = core.topic_ids.get, core.topic_id
-        prefix = core.prefixes
-        results: list[SendResult] = []
-        with core.lock:
-            self.check_open()  # closed while waiting for the lock
-            core.resume_writes()  # after a full disk: retries the store at most every ~1 s
-            # (not kept across calls: a reopen after a full disk replaces them)
-            h_keys, keys_cf = store.handle[K.CF_KEYS], store.cf[K.CF_KEYS]
-            now = core.now()
-            # A delay counts from the clock, a due time never before broker time (after
-            # the clock stepped back: see BrokerCore.after).
-            wall = core.clock_ms()
-            dues = [max(now, m.deliver_at(wall)) for m in messages]
-            limit = min(now + self.max_delay_ms, K.MAX_TIME_MS)
-            if dues and max(dues) > limit:
-                raise InvalidDelay(
-                    "delay",
-                    max(dues) - now,
-                    f"due after the broker's max delay of {self.max_delay_ms} ms",
-                )
-            tids = [known_tid(m.topic) or topic_id(m.topic) for m in messages]
-            seq = core.take_seqs(len(dues))
-            batch = store.batch()
-            entries = []
-            batch_keys: dict[bytes, SendResult] = {}
-            for i, m in enumerate(messages):
-                tid, due = tids[i], dues[i]
-                wkey = pack_wheel(due, seq)
-                seq += 1
-                raw = wkey[2:] + prefix[tid]
-                keyb = b""
-                if m.key is not None:
-                    keyb = m.key.encode()
-                    index = prefix[tid] + keyb
-                    dup = batch_keys.get(index)
-                    asked = m.deliver_at_ms if m.deliver_at_ms is not None else due
-                    if dup is None:
-                        old = keys_cf.get(index)
-                        taken = None if old is None else self._key_taken(old, asked)
-                        if taken is not None:
-                            dup = SendResult(
-                                _DUP, (old[2:16] + prefix[tid]).hex(), K.wheel_time(taken)
-                            )
-                    if dup is not None:
-                        results.append(SendResult(_DUP, dup.msg_id, dup.deliver_at_ms))
-                        continue
-                    batch.put(index, wkey + K.U64.pack(asked), h_keys)
-                record = encode(
-                    tid,
-                    0,
-                    due,
-                    now,
-                    raw,
-                    keyb,
-                    m.tags.encode() if m.tags else b"",
-                    props_of.get(i, b""),
-                    m.body,
-                )
-                entries.append((wkey, tid, record))
-                result = SendResult(_OK, raw.hex(), due)
-                if keyb:
-                    batch_keys[index] = result
-                results.append(result)
-            core.write_pending(batch, entries)
-        if entries:
-            core.wake_if_before(min(dues))
-        return results
+    def _send_one(self, message: Message) -> SendResult:
+        """See :meth:`BrokerAdapter.send`: one write batch, no lists
+        (:meth:`~broker_adapter.embedded.sends.SendWriter.one`)."""
+        return self._sends.one(message)
 
-    def _key_taken(self, entry: bytes, asked: int) -> bytes | None:
-        """The current wheel key of the message of the key index ``entry`` (first wheel
-        key + requested due ms) when it makes a new send with that key, asked for
-        ``asked`` ms, a duplicate: its message is pending, or it fired (not aborted)
-        and was asked for the same ms; else ``None``. The requested time counts, not
-        the clamped one (nor a reschedule's), so re-sending an occurrence whose time
-        has passed is still recognised."""
-        core = self._core
-        old = core.locate(entry[:16])
-        aborted = core.store.cf[K.CF_ABORTED]
-        if old >= core.fired_upto:  # not fired yet: pending unless aborted (no wheel read)
-            return old if aborted.get(old) is None else None
-        same = int(K.U64.unpack_from(entry, 16)[0]) == asked
-        return old if same and aborted.get(old) is None else None
+    def _send_checked(self, messages: Sequence[Message]) -> list[SendResult]:
+        """See :meth:`BrokerAdapter.send_batch`: one write batch
+        (:meth:`~broker_adapter.embedded.sends.SendWriter.many`)."""
+        return self._sends.many(messages)
 
     # -- aborting and reading -----------------------------------------------------------
 
