@@ -35,6 +35,7 @@ from broker_adapter.errors import (
 from broker_adapter.server import protocol as P
 from broker_adapter.server import values as V
 from broker_adapter.server.handlers import Handlers, arg
+from broker_adapter.server.stage_log import stage_log
 
 if TYPE_CHECKING:
     from broker_adapter.server.server import BrokerServer
@@ -75,6 +76,8 @@ class Connection:
         self._busy_lock = threading.Condition(threading.Lock())
         self.closed = False
         self.heard = False  # a byte arrived (a hello is being read): not silent
+        self._stages = stage_log()  # None unless a benchmark turned it on
+        self._unwritten: list[str] = []  # with it: ids of pull answers not yet written
         self.thread = threading.Thread(
             target=self._run, name=f"chronoq-conn-{self.id}", daemon=True
         )
@@ -239,6 +242,9 @@ class Connection:
         if out:
             self.write(b"".join(out))
             out.clear()
+            if self._stages is not None:
+                self._stages.written(self._unwritten)
+                self._unwritten = []
 
     def _wait_for_room(self) -> None:
         with self._busy_lock:
@@ -311,6 +317,8 @@ class Connection:
         outcome = self.execute(handlers, "pull", req.args)
         max_wait = handlers.pull_args(req.args)[1] if outcome[0] else 0
         if not outcome[0] or outcome[1] or max_wait == 0:
+            if self._stages is not None and outcome[0]:
+                self._unwritten.extend(row[0] for row in outcome[1])
             return _frame(req.rid, outcome)
 
         def park() -> None:
@@ -322,6 +330,8 @@ class Connection:
                 log.exception("parked pull on connection %d failed", self.id)
                 result = (False, e)
             self.write(_frame(req.rid, result))
+            if self._stages is not None and result[0]:
+                self._stages.written([row[0] for row in result[1]])
             with self._busy_lock:
                 self._parked -= 1
                 self._busy_lock.notify()

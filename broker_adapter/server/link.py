@@ -10,6 +10,14 @@ lock for the reader to deliver its answer. A background reader thread takes the
 role when answers are awaited and no caller reads (async sends, callers that
 timed out). When the socket breaks, every waiting request fails with
 :class:`ConnectionFailed` and the link is dead.
+
+Acks a consumer answered itself (:meth:`Link.ack_later`) are written without
+anyone waiting for them: one ``ack_batch`` per consumer at once when none is
+under way, else gathered until its answer comes (group commit, clocked by the
+round trip), and always before any later request on the link, so the server
+applies them before whatever this process asks next. The link's reader reads
+their answers. If the link breaks first they are lost, and the server delivers
+those messages again after their invisible time (at least once, as ever).
 """
 
 from __future__ import annotations
@@ -66,6 +74,22 @@ class _Waiter:
         self.lock.release()
 
 
+class _TimedWaiter(_Waiter):
+    """A waiter that also notes when its answer was read and by which thread."""
+
+    __slots__ = ("read_at", "reader")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read_at = 0.0
+        self.reader = 0
+
+    def __call__(self, result: Any, error: BaseException | None) -> None:
+        self.read_at = time.time()
+        self.reader = threading.get_ident()
+        super().__call__(result, error)
+
+
 class Link:
     """A connected, authenticated link to ``host:port`` (or, with ``port=None``, to the
     Unix socket at the path ``host``).
@@ -101,6 +125,8 @@ class Link:
         self._alive = True
         self._error: ChronoqError | None = None
         self._frames = P.FrameReader(self._sock)
+        self._acks: dict[int, list[bytes]] = {}  # consumer id -> receipts not yet written
+        self._ack_batches = 0  # ack_batch requests written and not answered yet
         try:
             self._sock.sendall(hello_request(token))
             answer = self._frames.frames()
@@ -251,6 +277,8 @@ class Link:
         # waits for another thread's write (one sendall costs ~20 us here).
         try:
             with self._write_lock:
+                if self._acks:  # acks queued before this request are applied before it
+                    data = self._ack_frames() + data
                 self._sock.sendall(data)
         except OSError as e:
             with self._lock:
@@ -262,13 +290,76 @@ class Link:
             # else the link had already failed and told ``done``: one report only
         return rid
 
+    def ack_later(self, cid: int, receipt: bytes) -> None:
+        """Ack ``receipt`` of consumer ``cid`` without waiting: written now if no ack
+        batch is under way, else with the next one or before the next request."""
+        with self._lock:
+            if not self._alive:
+                return  # lost with the link: delivered again after its invisible time
+            self._acks.setdefault(cid, []).append(receipt)
+            if self._ack_batches:
+                return
+        self._write_acks()
+
+    def _write_acks(self) -> None:
+        try:
+            with self._write_lock:
+                data = self._ack_frames()
+                if data:
+                    self._sock.sendall(data)
+        except OSError as e:
+            self._fail(ConnectionFailed(f"send to {self.address} failed: {e}"))
+
+    def _ack_frames(self) -> bytes:
+        """The queued acks as ``ack_batch`` frames, their answers awaited (write lock held)."""
+        with self._lock:
+            acks, self._acks = self._acks, {}
+            if not self._alive:
+                return b""
+            frames = []
+            for cid, receipts in acks.items():
+                rid = next(self._rids)
+                self._pending[rid] = self._acks_answered
+                self._ack_batches += 1
+                frames.append(P.request(rid, "ack_batch", {"cid": cid, "receipts": receipts}))
+            if not self._reading:
+                self._reader_wanted.notify()
+        return b"".join(frames)
+
+    def _acks_answered(self, result: Any, error: BaseException | None) -> None:
+        """An ``ack_batch`` of :meth:`ack_later` was answered: write what gathered meanwhile."""
+        with self._lock:
+            self._ack_batches -= 1
+            more = bool(self._acks) and not self._ack_batches
+        if error is not None:
+            log.debug("acks to %s failed (delivered again later): %s", self.address, error)
+        elif isinstance(result, list) and not all(result):
+            log.debug("%d acks to %s came too late", result.count(False), self.address)
+        if more:
+            self._write_acks()
+
     def call(self, op: str, args: dict[str, Any], timeout_s: float) -> Any:
         """Send a request and wait for its result.
 
         :raises ConnectionFailed: when the link breaks or no answer comes in ``timeout_s``.
         :raises ChronoqError: the error the server answered.
         """
-        waiter = _Waiter()
+        return self._call(op, args, timeout_s, _Waiter())
+
+    def call_timed(
+        self, op: str, args: dict[str, Any], timeout_s: float
+    ) -> tuple[Any, float, bool]:
+        """:meth:`call`, also answering when the answer was read (epoch s) and whether
+        the calling thread read it itself (for :mod:`~broker_adapter.server.stage_log`).
+
+        :raises ConnectionFailed: when the link breaks or no answer comes in ``timeout_s``.
+        :raises ChronoqError: the error the server answered.
+        """
+        waiter = _TimedWaiter()
+        result = self._call(op, args, timeout_s, waiter)
+        return result, waiter.read_at, waiter.reader == threading.get_ident()
+
+    def _call(self, op: str, args: dict[str, Any], timeout_s: float, waiter: _Waiter) -> Any:
         deadline = time.monotonic() + timeout_s
         rid = self._submit(op, args, waiter)
         answered = waiter.lock.acquire
