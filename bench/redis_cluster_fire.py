@@ -46,9 +46,15 @@ import psutil  # type: ignore[import-untyped]
 import redis
 
 from bench.loadgen import ConsumerThread
+from bench.redis_job_start import PassLog
 from bench.stats import cpu_seconds, format_percentiles, load_average, num, percentiles, print_block
 from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
+from broker_adapter.redis import firer as firer_module
+
+#: Every firing pass of the run, timed (bench-only: wraps the public ``fire_once``).
+PASSES = PassLog()
+firer_module.Firer.fire_once = PASSES.wrap(firer_module.Firer.fire_once)  # type: ignore[method-assign]
 
 
 @dataclass
@@ -102,6 +108,7 @@ class Round:
     load: str
     send_rate: float
     lat: dict[str, float | None]
+    fire_lat: dict[str, float | None]
     got: int
     n: int
     fire_s: float
@@ -115,6 +122,8 @@ class Round:
 
 def run_round(setup: Setup, args: argparse.Namespace, shards: int, seed: int) -> Round:
     setup.flush()
+    PASSES.starts.clear()
+    PASSES.ends.clear()
     broker = RedisBroker.from_url(setup.url, shards=shards, fire_per_master=setup.per_master)
     consumer = broker.consumer("bench", ["bench"], max_inflight=10_000)
     stop = threading.Event()
@@ -155,8 +164,17 @@ def run_round(setup: Setup, args: argparse.Namespace, shards: int, seed: int) ->
     stop.set()
     worker.join(5)
     broker.close()
+    fired = [PASSES.fire_time(d) for d in dues]
+    fire_lat = percentiles(t * 1000 - d for t, d in zip(fired, dues, strict=True) if t is not None)
     r = Round(
-        setup.name, load_average(), send_rate, percentiles(lateness), len(lateness), n, fire_s
+        setup.name,
+        load_average(),
+        send_rate,
+        percentiles(lateness),
+        fire_lat,
+        len(lateness),
+        n,
+        fire_s,
     )
     got = max(len(lateness), 1)
     r.client_us = client_cpu / got * 1e6
@@ -186,6 +204,7 @@ def show(r: Round, args: argparse.Namespace) -> None:
                 f"{num(r.send_rate)} msgs/s (batch {args.batch}, {args.producers} thr)",
             ),
             ("lateness ms", format_percentiles(r.lat)),
+            ("fire pass end - due", format_percentiles(r.fire_lat)),
             (
                 "server CPU/msg",
                 f"{each(r.cpu_us, '{:.1f}')} us firing; send {each(r.send_cpu_us, '{:.1f}')} us",

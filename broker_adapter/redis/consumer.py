@@ -1,7 +1,9 @@
 """RedisConsumer: one member of a consumer group of a Redis broker.
 
-A pull claims the head of the group's ready set in every shard that may have
-messages (``claim.lua``, one pipeline: claims are atomic, so members of one group
+A pull with nothing to take fires the next due messages itself and claims them
+in the same round trip (:meth:`Firer.take_duty
+<broker_adapter.redis.firer.Firer.take_duty>`). A pull claims the head of the
+group's ready set in every shard that may have messages (``claim.lua``, one pipeline: claims are atomic, so members of one group
 never get the same delivery), merges them by fire order, and gives back
 (``release.lua``) what it may not hand out: past ``max_messages`` or flow
 control, or past fire order across shards. What a
@@ -33,8 +35,9 @@ from broker_adapter.redis.acks import AckBatcher
 from broker_adapter.redis.firer import Firer
 from broker_adapter.redis.keys import Keyspace
 from broker_adapter.redis.news import ReadyNews
-from broker_adapter.redis.scripts import Scripts, redis_errors
+from broker_adapter.redis.scripts import Scripts, Step, redis_errors
 from broker_adapter.results import NO_PROPERTIES, ReceivedMessage
+from broker_adapter.timer_slack import tighten as tighten_timer_slack
 
 log = logging.getLogger("chronoq.broker_adapter.RedisConsumer")
 log.addHandler(logging.NullHandler())
@@ -124,17 +127,46 @@ class RedisConsumer(Consumer):
         self._check()
         deadline = time.monotonic() + wait_ms / 1000
         news = self._news
+        fire: list[int] = []
         while True:
             epoch = news.epoch
-            got = self._take(max_messages)
+            got = self._take(max_messages, fire)
             if got:
                 return got
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self.closed:
                 return got
-            if not news.wait_changed(epoch, min(remaining, RECHECK_S)):
+            step = min(remaining, RECHECK_S)
+            fire = self._await_fire(epoch, step)
+            if fire:
+                continue
+            if not news.wait_changed(epoch, step):
                 self.mark(range(self._keys.shards))  # no news for a while: look everywhere
             self._check()
+
+    def _await_fire(self, epoch: int, step_s: float) -> list[int]:
+        """Take the fire duty if something is due within ``step_s`` (only what is due
+        already with a clock other than the system's), wait until it (unless news
+        comes first), and return the shards to fire then (none: wait for news)."""
+        firer = self._firer
+        wall = firer.wall
+        now = self._clock.now_ms()
+        due = firer.take_duty(now + step_s * 1000 if wall else now)
+        if due is None:
+            return []
+        fire: list[int] = []
+        try:
+            if wall:
+                timeout = due / 1000 - time.time()  # the ms reading floors: wake at its start
+                if timeout > 0:
+                    tighten_timer_slack()
+                    if self._news.wait_changed(epoch, timeout):
+                        return []  # news first: look at it (_take) before waiting again
+                self._check()
+            fire = firer.pick_due(self._clock.now_ms())
+            return fire
+        finally:
+            firer.end_duty(bool(fire))
 
     def _expire_held(self, now: int) -> None:
         for receipt, (deadline, size) in list(self._held.items()):
@@ -142,18 +174,23 @@ class RedisConsumer(Consumer):
                 del self._held[receipt]
                 self._held_bytes -= size
 
-    def _take(self, max_messages: int) -> list[ReceivedMessage]:
+    def _take(self, max_messages: int, fire: list[int]) -> list[ReceivedMessage]:
+        """Claim up to ``max_messages`` (firing the shards ``fire`` first, in the same
+        round trip)."""
         keys = self._keys
         now = self._clock.now_ms()
         with self._lock:
             self._expire_held(now)
             room = min(max_messages, self.max_inflight - len(self._held))
             if room <= 0 or self._held_bytes >= self.max_inflight_bytes:
-                return []
+                room = 0
             seen = dict(self._dirty)
-        if not seen:
+        if fire and (room == 0 or self._backlog):
+            self._fire(fire, now, None)  # nothing to claim with it, or a plan from a peek
+            fire = []
+        if room == 0 or not (seen or fire):
             return []
-        shards = sorted(seen)
+        shards = sorted(seen.keys() | set(fire))
         deadline = now + self.invisible_ms
         bounded = not self._backlog
         if self._backlog:
@@ -167,18 +204,23 @@ class RedisConsumer(Consumer):
             # (fire order holds across shards); the rest goes back, and the next pulls
             # plan from a peek until the backlog is gone.
             shares = dict.fromkeys(shards, max(1, room // len(shards)))
-        with redis_errors("pull"):
-            replies = self._scripts.fan(
-                "claim",
-                [keys.due_keys[s] for s in shares],
-                (self.group, deadline, self._retention_ms),
-                [(keys.bases[s], n) for s, n in shares.items()],
-            )
+        claim: Step = (
+            "claim",
+            list(shares),
+            (self.group, deadline, self._retention_ms),
+            [(keys.bases[s], n) for s, n in shares.items()],
+        )
+        if fire:
+            replies = self._fire(fire, now, claim)
+        else:
+            with redis_errors("pull"):
+                replies = self._scripts.fan("claim", [keys.due_keys[s] for s in shares], *claim[2:])
         rows: list[tuple[int, int, int, list[Any]]] = []
         bound = None
         with self._lock:
             for (s, share), claimed in zip(shares.items(), replies, strict=True):
-                if not claimed and self._dirty.get(s) == seen[s]:
+                # a short claim emptied the shard's ready set: no news, no look there
+                if len(claimed) < share and s in seen and self._dirty.get(s) == seen[s]:
                     del self._dirty[s]
                 if bounded and len(claimed) >= share and len(shares) > 1:
                     self._backlog = True
@@ -237,6 +279,25 @@ class RedisConsumer(Consumer):
         for s in {s for s, _ in keep}:
             self._firer.note_deadline(s, deadline)
         return out
+
+    def _fire(self, fire: list[int], now: int, claim: Step | None) -> list[Any]:
+        """Fire the shards ``fire`` (a pull's fire duty), then run ``claim`` in the same
+        round trip; its replies (``[]`` without one). Other consumers hear the news."""
+        firer = self._firer
+        scans = [False] * len(fire)  # invisible-time deadlines stay with the threads
+        steps = [firer.fire_step(fire, scans, now)]
+        if claim is not None:
+            steps.append(claim)
+        try:
+            with redis_errors("pull"):
+                replies = self._scripts.fan_steps(self._keys.due_keys, steps)
+        except Exception:
+            firer.not_fired(fire, scans)
+            raise
+        moved = firer.fired(fire, replies[0], now)
+        if moved:
+            self._news.tell(moved, skip=self)  # this pull claimed there already
+        return replies[1] if claim is not None else []
 
     def _plan(self, shards: list[int], room: int) -> dict[int, int]:
         """How many to claim in each shard so the pull takes the oldest ready messages

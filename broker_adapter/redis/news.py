@@ -63,13 +63,15 @@ class ReadyNews:
         """The watchers told now."""
         return list(self._watchers)
 
-    def tell(self, shards: Iterable[int]) -> None:
+    def tell(self, shards: Iterable[int], skip: ShardWatcher | None = None) -> None:
         """News in this process: ``shards`` may have ready messages (none named: only
-        wake the waiting pulls, e.g. one waiting for room under its in-flight limit)."""
+        wake the waiting pulls, e.g. one waiting for room under its in-flight limit);
+        ``skip``: a watcher that knows already (it fired and claimed there)."""
         shards = list(shards)
         if shards:
             for w in list(self._watchers):
-                w.mark(shards)
+                if w is not skip:
+                    w.mark(shards)
         with self._cond:
             self._epoch += 1
             self._cond.notify_all()

@@ -64,6 +64,9 @@ NOT_RUN = (NoScriptError, MovedError, AskError, TryAgainError, ClusterDownError)
 
 #: One script call: (script name, the shard's due key, arguments).
 Call = tuple[str, str, Sequence[Any]]
+#: One looping script of :meth:`Scripts.fan_steps`: (script name, the shards it covers,
+#: the arguments before the shard groups, each shard's argument group).
+Step = tuple[str, Sequence[int], Sequence[Any], Sequence[Sequence[Any]]]
 
 
 def _source(name: str) -> str:
@@ -180,6 +183,67 @@ class Scripts:
         flat = [x for p in per_shard for x in p]
         result: list[Any] = msgpack.unpackb(self.call(name, keys[0], (*common, *flat)), raw=True)
         return result
+
+    def fan_steps(self, keys: Sequence[str], steps: Sequence[Step]) -> list[list[Any]]:
+        """Several looping scripts (as :meth:`fan` runs one) in one round trip: on one
+        instance one pipeline, on a cluster each master's calls on its own connection,
+        every master's sent before any reply is read. On each server the steps run in
+        the order given (e.g. fire, then claim what it fired). Returns, per step, each
+        of its shards' results.
+
+        :param keys: each shard's due key (routing), indexed by shard.
+        :param steps: the scripts; a step without shards is skipped (its result: ``[]``).
+        """
+        live = [(j, step) for j, step in enumerate(steps) if step[1]]
+        out: list[list[Any]] = [[None] * len(step[1]) for step in steps]
+        if not self.cluster:
+            calls: list[Call] = [
+                (name, keys[shards[0]], (*common, *(x for p in per for x in p)))
+                for _j, (name, shards, common, per) in live
+            ]
+            for (j, _step), reply in zip(live, self.pipeline(calls), strict=True):
+                out[j] = msgpack.unpackb(reply, raw=True)
+            return out
+        # On a cluster: per master, one call per step with that master's shards of it.
+        nodes: dict[str, list[tuple[int, list[int]]]] = {}
+        for j, (_name, shards, _common, _per) in live:
+            mine: dict[str, list[int]] = {}
+            for i, s in enumerate(shards):
+                mine.setdefault(self._node(keys[s]).name, []).append(i)
+            for node, idx in mine.items():
+                nodes.setdefault(node, []).append((j, idx))
+        plan = [(j, idx) for per_node in nodes.values() for j, idx in per_node]
+        calls = []
+        for j, idx in plan:
+            name, shards, common, per = steps[j]
+            flat = (x for i in idx for x in per[i])
+            calls.append((name, keys[shards[idx[0]]], (*common, *flat)))
+        replies = self._direct(calls)
+        again: list[tuple[int, int]] = []
+        for (j, idx), reply in zip(plan, replies, strict=True):
+            name = steps[j][0]
+            if isinstance(reply, ReplyLost) or (
+                isinstance(reply, ResponseError)
+                and name in WRITES_ONCE
+                and not isinstance(reply, NOT_RUN)
+            ):
+                raise reply  # it may have run in part: going again could store twice
+            if isinstance(reply, Exception):
+                log.info("per-node %s failed (%s); one call per shard instead", name, reply)
+                again.extend((j, i) for i in idx)
+                continue
+            for i, result in zip(idx, msgpack.unpackb(reply, raw=True), strict=True):
+                out[j][i] = result
+        if again:
+            if any(isinstance(r, NoScriptError) for r in replies):
+                self.load()
+            retry: list[Call] = []
+            for j, i in again:
+                name, shards, common, per = steps[j]
+                retry.append((name, keys[shards[i]], (*common, *per[i])))
+            for (j, i), reply in zip(again, self.pipeline(retry), strict=True):
+                out[j][i] = msgpack.unpackb(reply, raw=True)[0]
+        return out
 
     def _fan_by_node(
         self,
