@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from workers.context import JobContext
+from workers.executors.local import QueuedCall
 from workers.runs import Run
 
 
@@ -51,6 +52,7 @@ class InFlight:
         self._slots = 0  # jobs submitted and not yet returned (or handed off)
         self._awaiting = 0  # handed-off jobs whose outcome has not come yet
         self._hurry = False
+        self._waiters = 0  # threads in a wait on the condition: no notify when none
         #: Messages settled so far (acked, retried, dead-lettered, released or skipped).
         self.processed = 0
 
@@ -74,7 +76,7 @@ class InFlight:
         with self._cv:
             room = self.capacity - self._slots
             if room <= 0 or self._awaiting >= self.max_awaiting:
-                self._cv.wait(wait_ms / 1000)
+                self._wait(wait_ms / 1000)
                 return 0
             return room
 
@@ -94,7 +96,7 @@ class InFlight:
         with self._cv:
             self._slots -= 1
             self._awaiting += 1
-            self._cv.notify_all()
+            self._wake()
 
     def end_job(self, run: Run, *, slot: bool, next_job: JobContext | None) -> JobEnd:
         """One job of ``run`` ended: free its slot (``slot``) or its awaited handoff.
@@ -108,7 +110,7 @@ class InFlight:
                 self._slots -= 1
             else:
                 self._awaiting -= 1
-            self._cv.notify_all()
+            self._wake()
             if next_job is not None and not run.settled:
                 run.job = next_job
                 return JobEnd.NEXT
@@ -131,18 +133,24 @@ class InFlight:
         with self._cv:
             self._runs.discard(run)
             self.processed += 1
-            self._cv.notify_all()
+            self._wake()
 
     def count(self) -> None:
         """A message settled without a run (skipped, dead-lettered at once) counts too."""
         with self._cv:
             self.processed += 1
-            self._cv.notify_all()
+            self._wake()
 
-    def queued_futures(self) -> list[Future[Any]]:
-        """The executor futures of the held runs (for the drain to cancel the queued)."""
+    def queued_calls(self) -> list[Future[Any] | QueuedCall]:
+        """The executor futures (or queued calls) of the held runs, for the drain to
+        cancel those not started."""
         with self._cv:
-            return [r.future for r in self._runs if r.future is not None]
+            out: list[Future[Any] | QueuedCall] = []
+            for r in self._runs:
+                handle = r.future or r.queued
+                if handle is not None:
+                    out.append(handle)
+            return out
 
     def wait_and_claim_rest(self, timeout_s: float) -> list[Run]:
         """Wait up to ``timeout_s`` (or until :meth:`hurry`) for the held runs to
@@ -151,8 +159,22 @@ class InFlight:
         deadline = time.monotonic() + timeout_s
         with self._cv:
             while self._runs and not self._hurry and (left := deadline - time.monotonic()) > 0:
-                self._cv.wait(left)
+                self._wait(left)
             return [r for r in list(self._runs) if self._claim(r)]
+
+    def _wait(self, timeout_s: float) -> None:
+        """Wait on the condition (held) for up to ``timeout_s``, counted as a waiter."""
+        self._waiters += 1
+        try:
+            self._cv.wait(timeout_s)
+        finally:
+            self._waiters -= 1
+
+    def _wake(self) -> None:
+        """Wake the waiters, if any (condition held): most calls find none, and a
+        notify is a few Python-level calls."""
+        if self._waiters:
+            self._cv.notify_all()
 
     def hurry(self) -> None:
         """Cut :meth:`wait_and_claim_rest` short (any thread)."""

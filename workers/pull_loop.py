@@ -26,10 +26,11 @@ from broker_adapter.results import ReceivedMessage
 from scheduler.errors import JobNotFound
 from scheduler.jobcall import JobCall
 from scheduler.plan import SCHEDULE_PROPERTY
-from scheduler.spec import CRON_KEY_PREFIX, CronSpec, parse_cron_key
+from scheduler.spec import CRON_KEY_PREFIX, CronSpec, JobSpec, parse_cron_key
 from workers.context import JobContext, JobTimeout, reset_current, set_current
 from workers.cron_gate import CronGate
 from workers.executors.base import Executor, Handoff
+from workers.executors.local import Done, LocalExecutor, QueuedCall
 from workers.hooks import DispatchHook, HookCalls
 from workers.inflight import InFlight, JobEnd
 from workers.invisibility import InvisibilityKeeper
@@ -93,6 +94,12 @@ class PullLoop:
         self._clock = clock
         self._clock_ms = clock_ms
         self._leaves = leaves
+        self._left: dict[str, str | None] = {}  # executor -> self._leaves(executor), once
+        # Executors that run a job without a future (LocalExecutor.start_job, issue 16);
+        # by exact type, so a subclass that overrides submit keeps getting its calls.
+        self._direct: dict[str, Callable[[JobSpec, JobCall, ReceivedMessage, Done], QueuedCall]] = {
+            name: ex.start_job for name, ex in executors.items() if type(ex) is LocalExecutor
+        }
         self._log = log
         self._settler = Settler(consumer, log)
         self._decider = RetryDecider()
@@ -223,7 +230,10 @@ class PullLoop:
 
     def _left_to_others(self, m: ReceivedMessage, executor: str, name: str) -> bool:
         """Ack (in this group) a job that another dispatcher runs; see :mod:`workers.routing`."""
-        why = self._leaves(executor)
+        try:
+            why = self._left[executor]
+        except KeyError:
+            why = self._left[executor] = self._leaves(executor)
         if why is None:
             return False
         self._settle_alone(m, name, Decision(Settlement.SKIP, why))
@@ -239,9 +249,13 @@ class PullLoop:
         for before_start in self.calls.before_start:
             before_start(run, job)
         spec = run.spec
-        executor = self._executors.get(spec.executor)
         token = set_current(job)
         try:
+            direct = self._direct.get(spec.executor)
+            if direct is not None:
+                run.queued = direct(spec, run.call, run.message, partial(self._ended, run, job))
+                return
+            executor = self._executors.get(spec.executor)
             if executor is None:
                 raise LookupError(
                     f"no {spec.executor!r} executor in this dispatcher (it has "
@@ -259,21 +273,36 @@ class PullLoop:
     # -- outcomes (in the thread that finished the job) ------------------------------------
 
     def _done(self, run: Run, job: JobContext, fut: Future[Any]) -> None:
-        if not fut.cancelled() and fut.exception() is None:
-            handoff = fut.result()
-            if isinstance(handoff, Handoff):  # runs elsewhere now: free the slot, await
-                self._flow.hand_off()
-                for after_handoff in self.calls.after_handoff:
-                    after_handoff(run)
-                handoff.outcome.add_done_callback(partial(self._finish, run, job, False))
-                return
-        self._finish(run, job, True, fut)
+        """An executor's future completed."""
+        if fut.cancelled():
+            self._ended(run, job, False, None, None)
+        else:
+            error = fut.exception()
+            self._ended(run, job, True, None if error is not None else fut.result(), error)
 
-    def _finish(self, run: Run, job: JobContext, slot: bool, fut: Future[Any]) -> None:
-        """Settle ``run`` from ``fut`` (the executor's future, ``slot``: it still holds
-        a slot; or a handoff's outcome), or start its next occurrence."""
+    def _ended(
+        self, run: Run, job: JobContext, started: bool, result: Any, error: BaseException | None
+    ) -> None:
+        """A job ended (``started`` false: cancelled before it started); see :data:`Done`."""
+        if started and error is None and isinstance(result, Handoff):
+            # Runs elsewhere now: free the slot, await the outcome.
+            self._flow.hand_off()
+            for after_handoff in self.calls.after_handoff:
+                after_handoff(run)
+            result.outcome.add_done_callback(partial(self._outcome, run, job))
+            return
+        self._finish(run, job, True, not started, error)
+
+    def _outcome(self, run: Run, job: JobContext, fut: Future[Any]) -> None:
+        """A handed-off job's outcome came."""
         cancelled = fut.cancelled()
-        error = None if cancelled else fut.exception()
+        self._finish(run, job, False, cancelled, None if cancelled else fut.exception())
+
+    def _finish(
+        self, run: Run, job: JobContext, slot: bool, cancelled: bool, error: BaseException | None
+    ) -> None:
+        """Settle ``run`` after ``job`` ended (``slot``: it still holds a slot; else its
+        handoff's outcome came), or start its next occurrence."""
         for after_job in self.calls.after_job:
             after_job(run, job, CancelledError() if cancelled else error)
         nxt = None
@@ -324,6 +353,7 @@ class PullLoop:
             for after_settle in self.calls.after_settle:
                 after_settle(m, outcome)
         finally:  # only now may the run count as processed and leave the held set
+            run.future = run.queued = None  # its done callback refers to it: no cycle kept
             self._flow.settled(run)
         return outcome
 
@@ -341,8 +371,8 @@ class PullLoop:
     def drain(self, timeout_s: float) -> int:
         """Cancel the queued jobs, let the running ones finish for up to ``timeout_s``,
         release the rest for redelivery; returns how many were released."""
-        for fut in self._flow.queued_futures():
-            fut.cancel()  # not started yet: released at once by its done callback
+        for queued in self._flow.queued_calls():
+            queued.cancel()  # not started yet: released at once by its done callback
         stuck = self._flow.wait_and_claim_rest(timeout_s)
         for run in stuck:
             if run.handed_off():  # runs elsewhere: the next dispatcher looks its outcome up

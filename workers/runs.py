@@ -17,6 +17,7 @@ from scheduler.settings import Settings
 from scheduler.spec import CronSpec, JobSpec
 from workers.context import JobContext
 from workers.executors.base import Handoff
+from workers.executors.local import QueuedCall
 
 
 class CronPlanner(Protocol):
@@ -74,7 +75,17 @@ class Run:
         in order).
     """
 
-    __slots__ = ("call", "cron", "future", "job", "message", "occurrences", "settled", "spec")
+    __slots__ = (
+        "call",
+        "cron",
+        "future",
+        "job",
+        "message",
+        "occurrences",
+        "queued",
+        "settled",
+        "spec",
+    )
 
     def __init__(
         self,
@@ -96,6 +107,9 @@ class Run:
         self.job = job
         #: The executor's future of the current job, once submitted.
         self.future: Future[Any] | None = None
+        #: Or, on an executor that runs it without a future
+        #: (:meth:`~workers.executors.local.LocalExecutor.start_job`), its queued call.
+        self.queued: QueuedCall | None = None
 
     def next_fire_ms(self) -> int | None:
         """The occurrence after the current job's, or ``None`` when it was the last."""
