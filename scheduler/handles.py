@@ -302,7 +302,10 @@ class JobHandle(RunControl, Generic[P, R]):
         self, calls: Iterable[CallLike], default: Positional
     ) -> tuple[list[Message], list[str | None]]:
         """The messages of ``schedule_many``'s calls (checked), and their keys."""
-        topic, encode, prefix, name = self.topic, self._encode, CRON_KEY_PREFIX, self.spec.name
+        topic, encode, prefix, name = self.topic, self._encode, CRON_KEY_PREFIX, self._name
+        # Calls with the batch's timing differ only in body and key: copies of one
+        # checked message (Message.with_body) cost less than a new Message each.
+        template = Message(topic, b"", None, name, *default).with_body
         messages: list[Message] = []
         keys: list[str | None] = []
         add_message, add_key = messages.append, keys.append
@@ -310,7 +313,9 @@ class JobHandle(RunControl, Generic[P, R]):
             if type(call) is tuple and 2 <= len(call) <= 3:
                 args, kwargs = call[0], call[1]
                 key = call[2] if len(call) == 3 else None
-                timing = default
+                if type(key) is str and key.startswith(prefix):
+                    _check_key(key)
+                add_message(template(encode(args, kwargs), key))
             elif isinstance(call, Call):
                 args, kwargs, key = call.args, call.kwargs, call.key
                 timing = (
@@ -318,14 +323,14 @@ class JobHandle(RunControl, Generic[P, R]):
                     if call.has_timing
                     else default
                 )
+                if type(key) is str and key.startswith(prefix):
+                    _check_key(key)
+                add_message(Message(topic, encode(args, kwargs), key, name, *timing))
             else:
                 raise TypeError(
                     f"schedule_many() call {i} is {type(call).__name__} {call!r:.80}; give a "
                     "Call(args, kwargs, key=...), an (args, kwargs) or an (args, kwargs, key) tuple"
                 )
-            if type(key) is str and key.startswith(prefix):
-                _check_key(key)
-            add_message(Message(topic, encode(args, kwargs), key, name, *timing))
             add_key(key)
         return messages, keys
 

@@ -136,6 +136,11 @@ class Scheduler(AppCalls, ScheduleDecorators):
             the message names ``call``'s ``_async`` form.
         :raises BrokerClosed: after :meth:`close`.
         """
+        broker = self._broker
+        # The hot path of schedule(): an open broker on this machine is exempt from
+        # the loop rule (loop_rule.is_local), so no more calls are needed.
+        if broker is not None and not self._closed and getattr(broker, "local", False) is True:
+            return broker
         broker = self.broker
         check_sync_call(broker, call)
         return broker

@@ -1,8 +1,9 @@
 """EmbeddedBroker: the default broker, in process, on a RocksDB timing wheel.
 
 The broker wires its parts and implements the adapter primitives (see
-:mod:`broker_adapter.adapter`): sends, aborts and stats here, on the shared state
-of a :class:`~broker_adapter.embedded.core.BrokerCore` (which also documents the
+:mod:`broker_adapter.adapter`): aborts and stats here, sends in the base
+:class:`~broker_adapter.embedded.sends.EmbeddedSends`, on the shared state of a
+:class:`~broker_adapter.embedded.core.BrokerCore` (which also documents the
 lock order); ``query``/``pending`` in
 :class:`~broker_adapter.embedded.query.MessageQuery`; consumers in
 :class:`~broker_adapter.embedded.group_registry.GroupRegistry`; the runtime calls
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
 from typing import Any
 
 from broker_adapter.adapter import AdapterBase, ConsumerLimits
@@ -46,9 +46,8 @@ from broker_adapter.embedded.pending_counts import PendingCounter
 from broker_adapter.embedded.prefix_abort import abort_prefix
 from broker_adapter.embedded.query import MessageQuery
 from broker_adapter.embedded.retention import Retention
-from broker_adapter.embedded.sends import SendWriter
+from broker_adapter.embedded.sends import EmbeddedSends
 from broker_adapter.errors import InvalidArgument, StorageFull
-from broker_adapter.message import Message
 from broker_adapter.results import (
     AbortResult,
     AbortStatus,
@@ -59,8 +58,6 @@ from broker_adapter.results import (
     PendingPage,
     PrefixAbortResult,
     RescheduleResult,
-    SendResult,
-    SendStatus,
     TopicStats,
 )
 from broker_adapter.urls import split_url
@@ -68,10 +65,8 @@ from broker_adapter.urls import split_url
 log = logging.getLogger("chronoq.broker_adapter.EmbeddedBroker")
 log.addHandler(logging.NullHandler())
 
-_OK, _DUP = SendStatus.OK, SendStatus.DUPLICATE
 
-
-class EmbeddedBroker(AdapterBase):
+class EmbeddedBroker(EmbeddedSends, AdapterBase):
     """The embedded broker on a RocksDB directory (``rocksdb://PATH``).
 
     :param path: data directory; one process owns it at a time.
@@ -115,7 +110,6 @@ class EmbeddedBroker(AdapterBase):
         self.max_body_bytes = max_body_bytes
         self.max_delay_ms = max_delay_ms
         self.retention_ms = retention_ms
-        self._sends = SendWriter(core, self.check_open, max_delay_ms)
         self._groups = GroupRegistry(core, self.check_open, fire_chunk=fire_chunk)
         self._queries = MessageQuery(core, self._groups)
         self._rescheduler = Rescheduler(core, max_delay_ms, max_body_bytes)
@@ -187,16 +181,6 @@ class EmbeddedBroker(AdapterBase):
         return opts
 
     # -- sending ----------------------------------------------------------------------
-
-    def _send_one(self, message: Message) -> SendResult:
-        """See :meth:`BrokerAdapter.send`: one write batch, no lists
-        (:meth:`~broker_adapter.embedded.sends.SendWriter.one`)."""
-        return self._sends.one(message)
-
-    def _send_checked(self, messages: Sequence[Message]) -> list[SendResult]:
-        """See :meth:`BrokerAdapter.send_batch`: one write batch
-        (:meth:`~broker_adapter.embedded.sends.SendWriter.many`)."""
-        return self._sends.many(messages)
 
     # -- aborting and reading -----------------------------------------------------------
 

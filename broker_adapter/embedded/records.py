@@ -18,7 +18,8 @@ import struct
 from broker_adapter.errors import DecodeError
 
 VERSION = 1
-_HEAD = struct.Struct(">BBHHQQ16sHHI")
+#: The fixed head of a record (the fields up to ``props_len``); :func:`encode` packs it.
+HEAD = _HEAD = struct.Struct(">BBHHQQ16sHHI")
 HEAD_SIZE = _HEAD.size
 _ATTEMPTS = struct.Struct(">H")
 _LENS = struct.Struct(">HHI")  # key_len, tags_len, props_len

@@ -256,3 +256,38 @@ def test_error_messages_are_built_from_fields() -> None:
     assert "5000000" in str(too_large) and "4194304" in str(too_large)
     locked = BrokerLocked("/data", "pid 123")
     assert "/data" in str(locked) and "pid 123" in str(locked)
+
+
+# -- with_body: the copies schedule_many sends ------------------------------------------
+
+TEMPLATE = Message("t", b"", None, "job.name", {"p": "1"}, delay_ms=5000)
+
+
+def test_with_body_copies_everything_but_body_and_key() -> None:
+    copy = TEMPLATE.with_body(b"body", "order:1")
+    assert copy == dataclasses.replace(TEMPLATE, body=b"body", key="order:1")
+    assert (copy.body, copy.key) == (b"body", "order:1")
+    assert TEMPLATE.with_body(b"x").key is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.body = b"other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [pytest.param(kw, e, id=i) for i, kw, e in BAD_MESSAGES if set(kw) <= {"body", "key"}],
+)
+def test_with_body_refuses_what_the_constructor_refuses(
+    kwargs: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error) as info:
+        TEMPLATE.with_body(kwargs.get("body", b"x"), kwargs.get("key"))
+    assert type(info.value) is error
+
+
+def test_with_body_of_a_subclass_keeps_the_subclass() -> None:
+    class Tagged(Message):
+        pass
+
+    copy = Tagged("t", b"x", tags="a").with_body(b"y", "k")
+    assert type(copy) is Tagged
+    assert (copy.body, copy.key, copy.tags) == (b"y", "k", "a")
