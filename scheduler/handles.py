@@ -130,6 +130,8 @@ class JobHandle(RunControl, Generic[P, R]):
         self.topic = spec.topic_or(app.settings.topic)
         self._encode = make_encoder(spec.name)
         self._name = spec.name
+        # The last timing schedule() used and a message of this job with it (see _message).
+        self._last: tuple[Positional, Message] | None = None
         self._tolerance = app.settings.past_tolerance_ms
         self._calls = _CallNames.of(spec.name)
         # Receipts of this class act on their run through this handle (receipt.run_now()).
@@ -239,7 +241,13 @@ class JobHandle(RunControl, Generic[P, R]):
         if key is not None:
             _check_key(key)
         timing = self._timing(delay, at, delay_level)
-        return Message(self.topic, self._encode(args, kwargs), key, self._name, *timing)
+        body = self._encode(args, kwargs)
+        # Runs mostly repeat one timing (delay=30 * 60): a copy of the last message
+        # built for it (Message.with_body) costs less than a new one.
+        last = self._last
+        if last is None or last[0] != timing:
+            last = self._last = (timing, Message(self.topic, b"", None, self._name, *timing))
+        return last[1].with_body(body, key)
 
     def schedule_many(
         self,

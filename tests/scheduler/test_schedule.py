@@ -103,6 +103,31 @@ def test_schedule_timing(
     assert job.deliver_at_ms == now + delay_ms
 
 
+def test_schedule_timing_changing_from_call_to_call(
+    close_order: JobHandle[[int], str], manual_clock: ManualClock, consumer: Consumer
+) -> None:
+    """schedule() copies the message of the last timing used: each call still gets its
+    own timing, arguments and key."""
+    now = manual_clock.now_ms()
+    calls: list[tuple[dict[str, Any], int]] = [
+        ({"delay": 5}, 5 * S),
+        ({"delay": 5, "key": "order:2"}, 5 * S),
+        ({"delay": 7}, 7 * S),
+        ({}, 0),
+        ({"delay_level": 1}, S),
+        ({"delay": 5}, 5 * S),
+    ]
+    jobs = [close_order.schedule(i, **timing) for i, (timing, _) in enumerate(calls)]
+    assert [j.deliver_at_ms - now for j in jobs] == [ms for _, ms in calls]
+    assert [j.key for j in jobs] == [None, "order:2", None, None, None, None]
+    manual_clock.advance(10 * S)
+    got = {m.msg_id: m for m in pull_until(consumer, len(calls))}
+    for i, job in enumerate(jobs):
+        m = got[job.msg_id]
+        assert JobCall.decode(m.body).args == (i,)
+        assert (m.key, m.tags, m.deliver_at_ms) == (job.key, "shop.close_order", job.deliver_at_ms)
+
+
 def test_same_key_while_pending_is_a_duplicate(close_order: JobHandle[[int], str]) -> None:
     first = close_order.schedule(42, delay=60, key="order:42")
     again = close_order.schedule(42, delay=120, key="order:42")
