@@ -50,11 +50,10 @@ from bench.redis_job_start import PassLog
 from bench.stats import cpu_seconds, format_percentiles, load_average, num, percentiles, print_block
 from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
-from broker_adapter.redis import firer as firer_module
 
-#: Every firing pass of the run, timed (bench-only: wraps the public ``fire_once``).
+#: Every firing pass of the run, the threads' and the pulls', timed (bench-only).
 PASSES = PassLog()
-firer_module.Firer.fire_once = PASSES.wrap(firer_module.Firer.fire_once)  # type: ignore[method-assign]
+PASSES.instrument()
 
 
 @dataclass

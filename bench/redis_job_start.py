@@ -107,11 +107,11 @@ class PassLog:
 
 
 def _steps_moved(args: tuple[Any, ...], result: list[list[Any]]) -> int:
-    """How many a ``fan_steps(keys, steps)`` call fired (0 unless its first step fires)."""
-    steps = args[2]
-    if not steps or steps[0][0] != "fire":
+    """How many a ``fan_steps(keys, steps)`` call fired (0 without a fire step)."""
+    names = [step[0] for step in args[2]]
+    if "fire" not in names:
         return 0
-    return sum(int(r[0]) for r in result[0])
+    return sum(int(r[0]) for r in result[names.index("fire")])
 
 
 def stage_rows(

@@ -5,7 +5,9 @@ its invisible time has not passed by broker time) and queues the write; this
 thread writes queued acks in one pipeline as soon as it can. Every other call
 that reads or changes group state (pull, nack, dead letter, query, stats,
 pending, flush, close) flushes the queue first, so it sees every ack made
-before it. If Redis refuses or loses a queued ack, the delivery comes back after
+before it. A pull carries its group's queued acks in its own round trip
+(:meth:`AckBatcher.carried`), so while pulls come often this thread has little to
+write. If Redis refuses or loses a queued ack, the delivery comes back after
 its invisible time: at least once, as always.
 """
 
@@ -13,9 +15,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from broker_adapter.redis.keys import Keyspace
-from broker_adapter.redis.scripts import Scripts
+from broker_adapter.redis.scripts import Scripts, Step
 
 MAX_BATCH = 2000
 #: Seconds the writer waits after the first queued ack, gathering more.
@@ -47,6 +51,31 @@ class AckBatcher:
             self._queue.append((shard, group, n, deliveries))
             if len(self._queue) == 1 or len(self._queue) >= MAX_BATCH:
                 self._cond.notify()
+
+    @contextmanager
+    def carried(self, group: str) -> Iterator[Step | None]:
+        """Take ``group``'s queued acks out as an ``ack_batch`` step for a caller's
+        round trip (``None``: none queued). The flush lock is held meanwhile, so a
+        :meth:`flush` returns only once they are written too; if the caller's call
+        fails they are dropped, as a failed flush drops its batch."""
+        with self._flush_lock:
+            with self._cond:
+                mine = [a for a in self._queue if a[1] == group]
+                if mine:
+                    self._queue = [a for a in self._queue if a[1] != group]
+            if not mine:
+                yield None
+                return
+            keys = self._keys
+            shards: dict[int, list[bytes]] = {}
+            for s, _g, n, att in mine:
+                shards.setdefault(s, []).extend((n, att))
+            yield (
+                "ack_batch",
+                list(shards),
+                (group,),
+                [(keys.bases[s], len(pairs) // 2, *pairs) for s, pairs in shards.items()],
+            )
 
     def flush(self) -> None:
         """Write every ack queued so far (returns at once when none is queued).

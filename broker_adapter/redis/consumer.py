@@ -186,7 +186,7 @@ class RedisConsumer(Consumer):
                 room = 0
             seen = dict(self._dirty)
         if fire and (room == 0 or self._backlog):
-            self._fire(fire, now, None)  # nothing to claim with it, or a plan from a peek
+            self._trip(fire, now, None)  # nothing to claim with it, or a plan from a peek
             fire = []
         if room == 0 or not (seen or fire):
             return []
@@ -210,11 +210,7 @@ class RedisConsumer(Consumer):
             (self.group, deadline, self._retention_ms),
             [(keys.bases[s], n) for s, n in shares.items()],
         )
-        if fire:
-            replies = self._fire(fire, now, claim)
-        else:
-            with redis_errors("pull"):
-                replies = self._scripts.fan("claim", [keys.due_keys[s] for s in shares], *claim[2:])
+        replies = self._trip(fire, now, claim)
         rows: list[tuple[int, int, int, list[Any]]] = []
         bound = None
         with self._lock:
@@ -280,24 +276,34 @@ class RedisConsumer(Consumer):
             self._firer.note_deadline(s, deadline)
         return out
 
-    def _fire(self, fire: list[int], now: int, claim: Step | None) -> list[Any]:
-        """Fire the shards ``fire`` (a pull's fire duty), then run ``claim`` in the same
-        round trip; its replies (``[]`` without one). Other consumers hear the news."""
+    def _trip(self, fire: list[int], now: int, claim: Step | None) -> list[Any]:
+        """One round trip (one ``pull.lua`` call per server): this group's queued acks,
+        a firing pass over the shards ``fire`` (a pull's fire duty), then ``claim``.
+        Returns the claim's replies (``[]`` without one); other consumers hear of what
+        fired."""
         firer = self._firer
         scans = [False] * len(fire)  # invisible-time deadlines stay with the threads
-        steps = [firer.fire_step(fire, scans, now)]
-        if claim is not None:
-            steps.append(claim)
+        steps: list[Step] = []
+        at = -1  # the fire step's index
         try:
-            with redis_errors("pull"):
+            with self._acks.carried(self.group) as acks, redis_errors("pull"):
+                if acks is not None:
+                    steps.append(acks)
+                if fire:
+                    at = len(steps)
+                    steps.append(firer.fire_step(fire, scans, now))
+                if claim is not None:
+                    steps.append(claim)
                 replies = self._scripts.fan_steps(self._keys.due_keys, steps)
         except Exception:
-            firer.not_fired(fire, scans)
+            if fire:
+                firer.not_fired(fire, scans)
             raise
-        moved = firer.fired(fire, replies[0], now)
-        if moved:
-            self._news.tell(moved, skip=self)  # this pull claimed there already
-        return replies[1] if claim is not None else []
+        if fire:
+            moved = firer.fired(fire, replies[at], now)
+            if moved:
+                self._news.tell(moved, skip=self)  # this pull claimed there already
+        return replies[-1] if claim is not None else []
 
     def _plan(self, shards: list[int], room: int) -> dict[int, int]:
         """How many to claim in each shard so the pull takes the oldest ready messages

@@ -74,6 +74,22 @@ def _source(name: str) -> str:
 
 
 SOURCES: dict[str, str] = {name: _source(name) for name in NAMES}
+#: The parts of ``pull.lua``, in the order it runs them (:meth:`Scripts.fan_steps`).
+PULL_PARTS = ("ack_batch", "fire", "claim")
+
+
+def _pull_source() -> str:
+    """``pull.lua`` with its parts' text put in at their markers."""
+    text = _source("pull")
+    for name in PULL_PARTS:
+        marker = f"--@{name}\n"
+        if marker not in text:
+            raise RuntimeError(f"pull.lua lacks the marker {marker!r}")
+        text = text.replace(marker, SOURCES[name] + "\n")
+    return text
+
+
+SOURCES["pull"] = _pull_source()
 SHAS: dict[str, str] = {n: hashlib.sha1(s.encode()).hexdigest() for n, s in SOURCES.items()}
 
 
@@ -185,55 +201,58 @@ class Scripts:
         return result
 
     def fan_steps(self, keys: Sequence[str], steps: Sequence[Step]) -> list[list[Any]]:
-        """Several looping scripts (as :meth:`fan` runs one) in one round trip: on one
-        instance one pipeline, on a cluster each master's calls on its own connection,
-        every master's sent before any reply is read. On each server the steps run in
-        the order given (e.g. fire, then claim what it fired). Returns, per step, each
-        of its shards' results.
+        """Several looping scripts (as :meth:`fan` runs one), in the order of
+        :data:`PULL_PARTS` (any of them), in ONE script call per server: ``pull.lua``
+        runs them one after the other (on a cluster, each master gets its shards of
+        each step, every master's call sent before any reply is read). Returns, per
+        step, each of its shards' results.
 
         :param keys: each shard's due key (routing), indexed by shard.
         :param steps: the scripts; a step without shards is skipped (its result: ``[]``).
         """
         live = [(j, step) for j, step in enumerate(steps) if step[1]]
+        names = [step[0] for _j, step in live]
+        if [n for n in PULL_PARTS if n in names] != names:
+            raise ValueError(f"steps {names} are not in the order of {PULL_PARTS}")
         out: list[list[Any]] = [[None] * len(step[1]) for step in steps]
-        if not self.cluster:
-            calls: list[Call] = [
-                (name, keys[shards[0]], (*common, *(x for p in per for x in p)))
-                for _j, (name, shards, common, per) in live
-            ]
-            for (j, _step), reply in zip(live, self.pipeline(calls), strict=True):
-                out[j] = msgpack.unpackb(reply, raw=True)
-            return out
-        # On a cluster: per master, one call per step with that master's shards of it.
+        # per server: for each step on it, the indexes of its shards there
         nodes: dict[str, list[tuple[int, list[int]]]] = {}
         for j, (_name, shards, _common, _per) in live:
             mine: dict[str, list[int]] = {}
             for i, s in enumerate(shards):
-                mine.setdefault(self._node(keys[s]).name, []).append(i)
+                node = self._node(keys[s]).name if self.cluster else ""
+                mine.setdefault(node, []).append(i)
             for node, idx in mine.items():
                 nodes.setdefault(node, []).append((j, idx))
-        plan = [(j, idx) for per_node in nodes.values() for j, idx in per_node]
-        calls = []
-        for j, idx in plan:
-            name, shards, common, per = steps[j]
-            flat = (x for i in idx for x in per[i])
-            calls.append((name, keys[shards[idx[0]]], (*common, *flat)))
-        replies = self._direct(calls)
+        calls: list[Call] = []
+        if not nodes:
+            return out
+        for parts in nodes.values():
+            counts = dict.fromkeys(PULL_PARTS, 0)
+            args: list[Any] = []
+            for j, idx in parts:
+                name, shards, common, per = steps[j]
+                part = [*common, *(x for i in idx for x in per[i])]
+                counts[name] = len(part)
+                args += part
+            j0, idx0 = parts[0]
+            calls.append(("pull", keys[steps[j0][1][idx0[0]]], (*counts.values(), *args)))
+        if self.cluster:
+            replies = self._direct(calls)
+        else:
+            replies = [self.call(*calls[0])]
         again: list[tuple[int, int]] = []
-        for (j, idx), reply in zip(plan, replies, strict=True):
-            name = steps[j][0]
-            if isinstance(reply, ReplyLost) or (
-                isinstance(reply, ResponseError)
-                and name in WRITES_ONCE
-                and not isinstance(reply, NOT_RUN)
-            ):
-                raise reply  # it may have run in part: going again could store twice
+        for parts, reply in zip(nodes.values(), replies, strict=True):
+            if isinstance(reply, ReplyLost):
+                raise reply  # it may have run in part: its parts are not made again
             if isinstance(reply, Exception):
-                log.info("per-node %s failed (%s); one call per shard instead", name, reply)
-                again.extend((j, i) for i in idx)
+                log.info("per-node pull failed (%s); one call per shard instead", reply)
+                again.extend((j, i) for j, idx in parts for i in idx)
                 continue
-            for i, result in zip(idx, msgpack.unpackb(reply, raw=True), strict=True):
-                out[j][i] = result
+            for j, idx in parts:
+                part_reply = reply[PULL_PARTS.index(steps[j][0])]
+                for i, result in zip(idx, msgpack.unpackb(part_reply, raw=True), strict=True):
+                    out[j][i] = result
         if again:
             if any(isinstance(r, NoScriptError) for r in replies):
                 self.load()
