@@ -104,6 +104,21 @@ def process_cpu() -> float:
     return t.user + t.system
 
 
+def process_counts() -> dict[str, float]:
+    """This process's system CPU (s) and context switches (all its live threads) so far."""
+    out = {"system": os.times().system, "voluntary": 0.0, "involuntary": 0.0}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/status", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")):
+                        kind = "voluntary" if line[0] == "v" else "involuntary"
+                        out[kind] += int(line.split()[1])
+        except OSError:  # the thread ended meanwhile
+            pass
+    return out
+
+
 # --------------------------------------------------------------------------- server child
 
 
@@ -142,6 +157,7 @@ def _control(inp: IO[str], out: IO[str], pauses: GcPauses, profiles: ThreadProfi
         answer: Any = None
         if cmd == "snap":
             answer = {
+                "counts": process_counts(),
                 "process": process_cpu(),
                 "threads": thread_cpu(),
                 "gc_count": pauses.count,
@@ -162,6 +178,10 @@ def _control(inp: IO[str], out: IO[str], pauses: GcPauses, profiles: ThreadProfi
                     },
                     f,
                 )
+        elif cmd == "answers":
+            stages = stage_log()
+            assert stages is not None
+            answer = stages.answers[0]
         elif cmd == "profile":
             import contextlib
             import io
@@ -244,7 +264,12 @@ def stage_rows(
 
 def print_cpu(title: str, n: int, before: dict[str, Any], after: dict[str, Any]) -> None:
     cpu = after["process"] - before["process"]
-    print(f"CPU per job, {title}: {cpu * 1e6 / n:.1f} us")
+    d = {k: after["counts"][k] - before["counts"][k] for k in after["counts"]}
+    print(
+        f"CPU per job, {title}: {cpu * 1e6 / n:.1f} us ({d['system'] * 1e6 / n:.1f} us system); "
+        f"context switches per job {d['voluntary'] / n:.2f} voluntary, "
+        f"{d['involuntary'] / n:.2f} involuntary"
+    )
     th0, th1 = before["threads"], after["threads"]
     for name in sorted(th1, key=lambda k: -(th1[k] - th0.get(k, 0.0))):
         d = th1[name] - th0.get(name, 0.0)
@@ -296,12 +321,16 @@ def run(args: argparse.Namespace) -> int:
             sched_s = time.perf_counter() - t0
             s0 = server.ask("snap")
             gc.callbacks.append(pauses)
-            c0 = {"process": process_cpu(), "threads": thread_cpu(), "gc_count": [0, 0, 0]}
+            c0: dict[str, Any] = {"process": process_cpu(), "threads": thread_cpu()}
+            c0["gc_count"] = [0, 0, 0]
+            c0["counts"] = process_counts()
             deadline = start_ms / 1000 + args.due_to + 30
             while len(stamps.acked) < args.n and time.time() < deadline:
                 time.sleep(0.01)
             s1 = server.ask("snap")
-            c1 = {"process": process_cpu(), "threads": thread_cpu(), "gc_count": pauses.count}
+            c1: dict[str, Any] = {"process": process_cpu(), "threads": thread_cpu()}
+            c1["gc_count"] = pauses.count
+            c1["counts"] = process_counts()
             c1 |= {"gc_longest": pauses.longest, "tracked": len(gc.get_objects())}
             gc.callbacks.remove(pauses)
             ids_path = os.path.join(tmp, "ids.txt")
@@ -309,6 +338,7 @@ def run(args: argparse.Namespace) -> int:
                 f.write("\n".join(ids))
             times_path = os.path.join(tmp, "server-times.json")
             server.ask("dump", ids_path, times_path)
+            answers_written = server.ask("answers")
             with open(times_path, encoding="ascii") as f:
                 server_times = json.load(f)
             if args.profile:
@@ -337,6 +367,10 @@ def run(args: argparse.Namespace) -> int:
     for stage, label in LABELS.items():
         pct = percentiles(rows[stage], (50.0, 99.0, 99.9))
         print(f"{label:<28}" + "".join(f"{ms(pct[p]):>8}" for p in PCTS) + f"   {len(rows[stage])}")
+    print(
+        f"pull answers with messages: {answers_written:,} written "
+        f"({args.n / max(1, answers_written):.2f} messages each), {log.answers[1]:,} read"
+    )
     if read:
         print(
             f"pull answers read by the pulling thread itself: {by_caller / len(read):.1%} of messages"

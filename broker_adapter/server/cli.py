@@ -14,6 +14,7 @@ timestamped directory under ``--backup-dir`` and prints
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -154,6 +155,11 @@ def serve_main(args: argparse.Namespace) -> int:
         daemon=True,
     ).start()
     server.start()
+    # A full collection stops every thread while it walks every tracked object, most
+    # of them start-up state that never becomes garbage (a 8-9 ms pause at 3,300 jobs/s
+    # here, a job due then starts that late): freeze it, as `chronoq run` does.
+    gc.collect()
+    gc.freeze()
     sys.stdout.write(
         f"chronoq broker listening on {server.host}:{server.port} node {server.node}\n"
     )

@@ -6,7 +6,10 @@ order on the reader thread, consecutive ``send`` requests as one write batch
 (group commit: one WAL write for all, falling back to one by one if any is
 refused), and their answers go out in one write. A ``pull`` that finds nothing
 and may wait is parked on the server's pull pool and answers when it ends, so a
-long poll blocks neither this connection nor any other. A request that may run
+long poll blocks neither this connection nor any other; but when the wheel's next
+due time is at most :data:`~broker_adapter.server.handlers.INLINE_WAIT_MS` away,
+the reader waits for it and fires it itself (one thread hand-off less per answer,
+issue 16). A request that may run
 long (:data:`SLOW_OPS`: an ``abort_prefix`` over millions of keys) runs on the
 server's slow pool the same way, so the connection's later requests are answered
 meanwhile (other connections have readers of their own). At most
@@ -35,6 +38,7 @@ from broker_adapter.errors import (
 from broker_adapter.server import protocol as P
 from broker_adapter.server import values as V
 from broker_adapter.server.handlers import Handlers, arg
+from broker_adapter.server.parking import Parked
 from broker_adapter.server.stage_log import stage_log
 
 if TYPE_CHECKING:
@@ -69,11 +73,8 @@ class Connection:
         self.consumers: dict[int, Consumer] = {}
         self._cids = itertools.count(1)
         self._wlock = threading.Lock()
-        self._max_inflight = server.max_inflight
         self._processing = False  # running requests of the last chunk read
-        self._parked = 0  # long polls and slow requests waiting on a pool
-        self._slow = 0  # slow requests among them (a drain waits for these)
-        self._busy_lock = threading.Condition(threading.Lock())
+        self._parked = Parked(server.max_inflight)  # long polls and slow requests
         self.closed = False
         self.heard = False  # a byte arrived (a hello is being read): not silent
         self._stages = stage_log()  # None unless a benchmark turned it on
@@ -99,7 +100,7 @@ class Connection:
     @property
     def busy(self) -> bool:
         """Whether requests read are still being run (parked long polls aside)."""
-        return self._processing or self._slow > 0
+        return self._processing or self._parked.slow > 0
 
     def add_consumer(self, consumer: Consumer) -> int:
         """Register a consumer opened by this connection; its id."""
@@ -216,9 +217,9 @@ class Connection:
                 if sends:
                     out.extend(self._send_group(handlers, sends))
                     sends = []
-                if self._parked >= self._max_inflight:
+                if self._parked.full:
                     self._flush(out)
-                    self._wait_for_room()
+                    self._parked.wait_for_room(lambda: self.closed)
                 if req.op == "pull":
                     answer = self._pull(handlers, req)
                     if answer is not None:
@@ -245,11 +246,6 @@ class Connection:
             if self._stages is not None:
                 self._stages.written(self._unwritten)
                 self._unwritten = []
-
-    def _wait_for_room(self) -> None:
-        with self._busy_lock:
-            while self._parked >= self._max_inflight and not self.closed:
-                self._busy_lock.wait(1.0)
 
     def _send_group(self, handlers: Handlers, reqs: list[P.Request]) -> list[bytes]:
         """Answers to consecutive ``send`` requests, stored in one batch when all are
@@ -312,39 +308,43 @@ class Connection:
         return m[0], m[1]
 
     def _pull(self, handlers: Handlers, req: P.Request) -> bytes | None:
-        """Answer a pull at once if it has messages or may not wait; else park it on the
+        """Answer a pull at once if it has messages or may not wait, or after a short
+        wait here for a due time (:meth:`Handlers.inline_wait_ms`); else park it on the
         pull pool (it answers itself) and return ``None``."""
-        outcome = self.execute(handlers, "pull", req.args)
-        max_wait = handlers.pull_args(req.args)[1] if outcome[0] else 0
-        if not outcome[0] or outcome[1] or max_wait == 0:
+        max_wait = handlers.pull_args(req.args)[1]
+        inline = handlers.inline_wait_ms(max_wait)
+        if inline:
+            self.server.metrics.request("pull")
+            outcome = self._pull_for(handlers, req.args, inline)
+            max_wait -= inline
+        else:
+            outcome = self.execute(handlers, "pull", req.args)
+        if not outcome[0] or outcome[1] or max_wait <= 0:
             if self._stages is not None and outcome[0]:
                 self._unwritten.extend(row[0] for row in outcome[1])
             return _frame(req.rid, outcome)
 
         def park() -> None:
-            try:
-                result: tuple[bool, Any] = (True, handlers.pull(self, req.args, max_wait))
-            except ChronoqError as e:
-                result = (False, e)
-            except Exception as e:
-                log.exception("parked pull on connection %d failed", self.id)
-                result = (False, e)
+            result = self._pull_for(handlers, req.args, max_wait)
             self.write(_frame(req.rid, result))
             if self._stages is not None and result[0]:
                 self._stages.written([row[0] for row in result[1]])
-            with self._busy_lock:
-                self._parked -= 1
-                self._busy_lock.notify()
 
-        with self._busy_lock:
-            self._parked += 1
+        if self._parked.run(self.server.pull_pool, park):
+            return None
+        return _frame(req.rid, (False, BrokerClosed("the broker server is stopping")))
+
+    def _pull_for(self, handlers: Handlers, args: dict[str, Any], wait_ms: int) -> tuple[bool, Any]:
+        """A pull waiting up to ``wait_ms``: ``(True, rows)`` or ``(False, error)``."""
         try:
-            self.server.pull_pool.submit(park)
-        except RuntimeError:  # the pool is shut down: the server is stopping
-            with self._busy_lock:
-                self._parked -= 1
-            return _frame(req.rid, (False, BrokerClosed("the broker server is stopping")))
-        return None
+            return True, handlers.pull(self, args, wait_ms)
+        except P.ProtocolError:
+            raise
+        except ChronoqError as e:
+            return False, e
+        except Exception as e:
+            log.exception("pull on connection %d failed", self.id)
+            return False, e
 
     def _run_slow(self, handlers: Handlers, req: P.Request) -> bytes | None:
         """Park a slow request on the server's slow pool (it answers itself) and return
@@ -356,23 +356,10 @@ class Connection:
             except P.ProtocolError as e:  # its args were malformed: as on the reader
                 self.bad_frame(e)
                 self.close()
-            finally:
-                with self._busy_lock:
-                    self._parked -= 1
-                    self._slow -= 1
-                    self._busy_lock.notify()
 
-        with self._busy_lock:
-            self._parked += 1
-            self._slow += 1
-        try:
-            self.server.slow_pool.submit(run)
-        except RuntimeError:  # the pool is shut down: the server is stopping
-            with self._busy_lock:
-                self._parked -= 1
-                self._slow -= 1
-            return _frame(req.rid, (False, BrokerClosed("the broker server is stopping")))
-        return None
+        if self._parked.run(self.server.slow_pool, run, slow=True):
+            return None
+        return _frame(req.rid, (False, BrokerClosed("the broker server is stopping")))
 
     def release_consumers(self, orphan: bool) -> None:
         """Hand this connection's consumers to the server (``orphan``: their in-flight

@@ -64,6 +64,11 @@ class StageLog:
                 self._read_by_caller.append(by_caller)
                 self._read_n.append(n)
 
+    @property
+    def answers(self) -> tuple[int, int]:
+        """Pull answers with messages noted so far: ``(written, read)``."""
+        return len(self._written_at), len(self._read_at)
+
     def write_times(self) -> dict[str, float]:
         """When each message's pull answer was written (epoch s), by message id."""
         with self._lock:
