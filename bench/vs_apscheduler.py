@@ -348,6 +348,17 @@ def format_row(system: str, n: int, f: dict[str, Any]) -> str:
     )
 
 
+def format_ratios(system: str, n: int, f: dict[str, Any], aps: dict[str, Any]) -> str:
+    """``system`` / APScheduler within this run: the figures to compare on a noisy machine."""
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return "-" if a is None or not b else f"{a / b:.2f}"
+
+    parts = [f"{p} {ratio(f['pct'][p], aps['pct'][p])}" for p in ("p50", "p99", "p99.9")]
+    parts.append(f"CPU/job {ratio(f['cpu_s'], aps['cpu_s'])}")
+    return f"  {system} / apscheduler at N={n:,}: " + ", ".join(parts)
+
+
 def parse_ns(text: str) -> list[int]:
     return [int(x.replace("_", "")) for x in text.split(",") if x]
 
@@ -414,12 +425,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(prefix="chronoq-vs-aps-")
     try:
         for n in args.n:
+            rows: dict[str, dict[str, Any]] = {}
             for system in systems:
                 figures = run_child(system, n, args, tmp)
                 if figures is None:
                     failed = True
                     continue
+                rows[system] = figures
                 print(format_row(system, n, figures), flush=True)
+                if system != "apscheduler" and "apscheduler" in rows:
+                    print(format_ratios(system, n, figures, rows["apscheduler"]), flush=True)
                 if figures["late_schedule"]:
                     print(f"  note: scheduling took {figures['sched_s']:.1f} s > --due-from")
                 if figures["lost"] or figures["dup"] or figures["early"]:

@@ -163,7 +163,8 @@ class EmbeddedConsumer(Consumer):
             registry.check_open()
             if signal.epoch != epoch:
                 return True  # woken: look for messages first
-        registry.check_open()
+        else:
+            registry.check_open()
         try:
             fired = registry.fire_due()
         except Exception:  # noqa: BLE001 - e.g. a full disk: the wheel thread retries and logs

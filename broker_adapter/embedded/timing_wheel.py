@@ -9,7 +9,10 @@ it is. New entries below the watermark go into the heap as well as to disk.
 
 Loading is a bounded sequential scan from the watermark (never from the start of
 the family, where fired keys leave tombstones), a chunk at a time, and only once
-the loaded window has shrunk by ``step_ms``: small steps keep the tail flat.
+the loaded window has shrunk by ``step_ms``: small steps keep the tail flat
+(a refill runs in the thread that fires, often a pull of the dispatcher, and
+holds the GIL through its scan: at 3,300 messages/s a 100 ms step loaded ~330
+entries in ~130 us, a 20 ms step ~66 in ~33 us, for ~20 % more refill work).
 
 The wheel is not thread-safe: its owner (the broker) calls it under one lock.
 Four operations: :meth:`schedule`, :meth:`cancel`, :meth:`pop_due`,
@@ -46,7 +49,7 @@ class TimingWheel:
         store: RocksStore,
         start: bytes,
         window_ms: int = 1000,
-        step_ms: int = 100,
+        step_ms: int = 20,
         max_entries: int = 200_000,
         chunk: int = 2048,
     ) -> None:
