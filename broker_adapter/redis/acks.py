@@ -24,6 +24,9 @@ from broker_adapter.redis.scripts import Scripts, Step
 MAX_BATCH = 2000
 #: Seconds the writer waits after the first queued ack, gathering more.
 GATHER_S = 0.002
+#: The same while pulls carry the acks (the last gathering left nothing to write):
+#: the thread then wakes this rarely instead of after every pull (issue 16).
+CARRIED_GATHER_S = 0.02
 
 
 class AckBatcher:
@@ -40,6 +43,8 @@ class AckBatcher:
         self._cond = threading.Condition(threading.Lock())
         self._flush_lock = threading.Lock()  # one writer at a time keeps acks in order
         self._closed = False
+        self._gathering = False  # the thread waits for more: no need to wake it
+        self._gather_s = GATHER_S
         self.log = logging.getLogger("chronoq.broker_adapter.AckBatcher")
         self.log.addHandler(logging.NullHandler())
         self._thread = threading.Thread(target=self._run, name="chronoq-redis-acks", daemon=True)
@@ -49,7 +54,8 @@ class AckBatcher:
         """Queue one ack."""
         with self._cond:
             self._queue.append((shard, group, n, deliveries))
-            if len(self._queue) == 1 or len(self._queue) >= MAX_BATCH:
+            n_queued = len(self._queue)
+            if (n_queued == 1 and not self._gathering) or n_queued >= MAX_BATCH:
                 self._cond.notify()
 
     @contextmanager
@@ -126,7 +132,11 @@ class AckBatcher:
                 if self._closed:
                     return
                 # gather for a moment: one pipeline for many acks costs far less CPU
-                self._cond.wait(GATHER_S)
+                self._gathering = True
+                self._cond.wait(self._gather_s)
+                self._gathering = False
+                # nothing left: pulls carried them (AckBatcher.carried); gather longer
+                self._gather_s = CARRIED_GATHER_S if not self._queue else GATHER_S
             try:
                 self.flush()
             except Exception:
