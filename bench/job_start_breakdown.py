@@ -21,7 +21,7 @@ settings: 8 pool threads, prefetch 32) on a thread; ``N`` jobs scheduled with
 * ``acked``: the ack returned (the hook's ``after_settle``).
 
 It prints, per stage, P50 / P99 / P99.9 / max in ms, and the lateness
-(``started - due``); with ``--worst K`` the ``K`` latest starts with their due
+(``started - due``), the median split of the jobs around the P99; with ``--worst K`` the ``K`` latest starts with their due
 time and per-stage split (do they cluster in one stall?); then CPU: the process's user + system CPU from the end of
 scheduling to the last ack, per job, and per thread (psutil's per-thread user and system times and the thread's voluntary context switches from /proc,
 named by ``threading``); the GC's collections and pauses meanwhile (``gc.callbacks``); with ``--profile N``, the
@@ -207,6 +207,29 @@ def stage_rows(
     return rows
 
 
+def print_band(worst: list[tuple[float, int, list[float]]], dues: list[int]) -> None:
+    """What the jobs around the P99 (lateness between P98.5 and P99.5) spend per stage,
+    median (ms), and how many jobs were due in the same ms as each, median."""
+    ranked = sorted(worst)
+    if len(ranked) < 200:
+        return
+    band = ranked[int(len(ranked) * 0.985) : int(len(ranked) * 0.995)]
+    per_ms: dict[int, int] = {}
+    for due in dues:
+        per_ms[due] = per_ms.get(due, 0) + 1
+    cols = []
+    for i, stage in enumerate(STAGES):
+        xs = sorted(split[i] for _, _, split in band if len(split) > i)
+        cols.append(f"{stage} {xs[len(xs) // 2]:.2f}" if xs else f"{stage} -")
+    same = sorted(per_ms[due] for _, due, _ in band)
+    print(
+        f"around the P99 ({len(band)} jobs), median per stage (ms): "
+        + ", ".join(cols)
+        + f"; jobs due in the same ms: {same[len(same) // 2]} (all jobs: "
+        + f"{sorted(per_ms[d] for d in dues)[len(dues) // 2]})"
+    )
+
+
 def print_profile(title: str, profiles: Sequence[cProfile.Profile], top: int) -> None:
     if not profiles:
         return
@@ -307,6 +330,7 @@ def run(args: argparse.Namespace) -> int:
         for late, due, split in sorted(worst, reverse=True)[: args.worst]:
             parts = " ".join(f"{x:7.2f}" for x in split)
             print(f"  late {late:7.2f}  due +{(due - first) / 1000:7.3f}s  {parts}")
+    print_band(worst, dues)
     lost = args.n - len(rows["lateness"])
     print(f"lost {lost}, early {sum(1 for x in rows['lateness'] if x < 0)}")
     cpu = (c1.user + c1.system) - (c0.user + c0.system)
