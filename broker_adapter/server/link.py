@@ -49,6 +49,9 @@ Done = Callable[[Any, BaseException | None], None]
 
 #: Longest a reader waits in one receive before it looks at its deadline again.
 READ_SLICE_S = 0.02
+#: How long answers to :meth:`Link.ack_later` may wait for a caller's read before the
+#: background reader reads them.
+ACK_READ_DELAY_S = 0.05
 #: Bound on answers to requests other than sync sends (their own timeout) and long polls
 #: (their wait plus this).
 REQUEST_TIMEOUT_S = 30.0
@@ -168,11 +171,25 @@ class Link:
     # -- reading -----------------------------------------------------------------------------
 
     def _read_loop(self) -> None:
-        """The background reader: reads while answers are awaited and nobody else does."""
+        """The background reader: reads while answers are awaited and nobody else does;
+        when only :meth:`ack_later` answers are awaited, after :data:`ACK_READ_DELAY_S`
+        (a caller's read usually takes them on its way: were this thread reading then,
+        that caller's own answer would reach it through a thread hand-off)."""
         while True:
             with self._lock:
-                while self._alive and (self._reading or not self._pending):
-                    self._reader_wanted.wait()
+                since = 0.0
+                while self._alive:
+                    if self._reading or not self._pending:
+                        since = 0.0
+                        self._reader_wanted.wait()
+                        continue
+                    if len(self._pending) > self._ack_batches:
+                        break
+                    now = time.monotonic()
+                    since = since or now
+                    if now - since >= ACK_READ_DELAY_S:
+                        break
+                    self._reader_wanted.wait(since + ACK_READ_DELAY_S - now)
                 if not self._alive:
                     return
                 self._reading = True
@@ -192,7 +209,7 @@ class Link:
     def _release_role(self) -> None:
         with self._lock:
             self._reading = False
-            if self._pending:
+            if len(self._pending) > self._ack_batches:  # acks alone: see _read_loop
                 self._reader_wanted.notify()
 
     def _read_once(self, deadline: float | None) -> None:
