@@ -107,7 +107,9 @@ class RedisBroker(AdapterBase):
     :param fire_per_master: on a cluster, one firing thread per master, whose passes
         wait for that master only. Off by default: on 2 shared cores it cost ~30 % more
         client CPU per message for no lateness gain (``bench/redis_cluster_fire.py
-        --per-master``); it may pay where masters answer with uneven latency.
+        --per-master``), and while consumers pull, their pulls fire the due messages
+        (:meth:`Firer.take_duty <broker_adapter.redis.firer.Firer.take_duty>`): the
+        threads keep deadlines, sweeps and what no pull comes for.
     """
 
     def __init__(
