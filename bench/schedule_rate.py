@@ -24,8 +24,9 @@ send_batch
     ``--batch-n`` messages per round.
 
 Per round: jobs/s of wall time, CPU us per job of the whole process
-(``time.process_time``: the calling thread, the wheel thread and RocksDB's own threads) and of
-the calling thread alone (``time.thread_time``). The table gives the median of the
+(``time.process_time``: the calling thread, the wheel thread and RocksDB's own
+threads) and of the calling thread alone (``time.thread_time``; the rate follows
+it, RocksDB's flushes run on the other core). The table gives the median of the
 rounds (and the min-max of jobs/s). Nothing is due during a run, so no firing
 competes with the sends; the burst and fire-lateness figures are
 ``bench/timer_load.py --burst`` and ``--rate 10000``.
