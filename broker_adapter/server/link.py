@@ -12,9 +12,10 @@ timed out). When the socket breaks, every waiting request fails with
 :class:`ConnectionFailed` and the link is dead.
 
 Acks a consumer answered itself (:meth:`Link.ack_later`) are written without
-anyone waiting for them: one ``ack_batch`` per consumer at once when none is
-under way, else gathered until its answer comes (group commit, clocked by the
-round trip), and always before any later request on the link, so the server
+anyone waiting for them, one ``ack_batch`` per consumer: at once on a quiet link;
+while a call (a dispatcher's long poll) or an ack batch is under way, with the
+next request (a dispatcher's next pull carries them: no write of their own) or
+by the background reader within :data:`ACK_WRITE_DELAY_S`. Either way the server
 applies them before whatever this process asks next. The link's reader reads
 their answers. If the link breaks first they are lost, and the server delivers
 those messages again after their invisible time (at least once, as ever).
@@ -40,6 +41,7 @@ from broker_adapter.errors import (
 from broker_adapter.server import protocol as P
 from broker_adapter.server.session import check_request_size, hello_request, read_hello
 from broker_adapter.server.unix import connect_unix
+from broker_adapter.server.waiters import TimedWaiter, Waiter
 
 log = logging.getLogger("chronoq.broker_adapter.Link")
 log.addHandler(logging.NullHandler())
@@ -52,6 +54,9 @@ READ_SLICE_S = 0.02
 #: How long answers to :meth:`Link.ack_later` may wait for a caller's read before the
 #: background reader reads them.
 ACK_READ_DELAY_S = 0.05
+#: Longest an ack of :meth:`Link.ack_later` waits for a request to carry it before
+#: the background reader writes it.
+ACK_WRITE_DELAY_S = 0.005
 #: Bound on answers to requests other than sync sends (their own timeout) and long polls
 #: (their wait plus this).
 REQUEST_TIMEOUT_S = 30.0
@@ -59,38 +64,6 @@ REQUEST_TIMEOUT_S = 30.0
 
 class RequestTimeout(ConnectionFailed):
     """No answer within the time allowed; the link itself may still be fine."""
-
-
-class _Waiter:
-    """A sync call waiting for its answer."""
-
-    __slots__ = ("error", "lock", "result")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.lock.acquire()
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-    def __call__(self, result: Any, error: BaseException | None) -> None:
-        self.result, self.error = result, error
-        self.lock.release()
-
-
-class _TimedWaiter(_Waiter):
-    """A waiter that also notes when its answer was read and by which thread."""
-
-    __slots__ = ("read_at", "reader")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.read_at = 0.0
-        self.reader = 0
-
-    def __call__(self, result: Any, error: BaseException | None) -> None:
-        self.read_at = time.time()
-        self.reader = threading.get_ident()
-        super().__call__(result, error)
 
 
 class Link:
@@ -130,6 +103,9 @@ class Link:
         self._frames = P.FrameReader(self._sock)
         self._acks: dict[int, list[bytes]] = {}  # consumer id -> receipts not yet written
         self._ack_batches = 0  # ack_batch requests written and not answered yet
+        self._acks_due = 0.0  # monotonic time by which queued acks are written
+        self._callers = 0  # threads in call(): each reads until its answer comes
+        self._role_waiters = 0  # of them, those waiting while another thread reads
         try:
             self._sock.sendall(hello_request(token))
             answer = self._frames.frames()
@@ -174,25 +150,36 @@ class Link:
         """The background reader: reads while answers are awaited and nobody else does;
         when only :meth:`ack_later` answers are awaited, after :data:`ACK_READ_DELAY_S`
         (a caller's read usually takes them on its way: were this thread reading then,
-        that caller's own answer would reach it through a thread hand-off)."""
+        that caller's own answer would reach it through a thread hand-off). It also
+        writes acks no request carried within :data:`ACK_WRITE_DELAY_S`."""
         while True:
+            write_acks = False
             with self._lock:
                 since = 0.0
                 while self._alive:
+                    now = time.monotonic()
+                    ack_wait = self._acks_due - now if self._acks else None
+                    if ack_wait is not None and ack_wait <= 0:
+                        write_acks = True
+                        break
                     if self._reading or not self._pending:
                         since = 0.0
-                        self._reader_wanted.wait()
+                        self._reader_wanted.wait(ack_wait)
                         continue
-                    if len(self._pending) > self._ack_batches:
+                    if self._unattended():
                         break
-                    now = time.monotonic()
                     since = since or now
                     if now - since >= ACK_READ_DELAY_S:
                         break
-                    self._reader_wanted.wait(since + ACK_READ_DELAY_S - now)
+                    linger = since + ACK_READ_DELAY_S - now
+                    self._reader_wanted.wait(linger if ack_wait is None else min(linger, ack_wait))
                 if not self._alive:
                     return
-                self._reading = True
+                if not write_acks:
+                    self._reading = True
+            if write_acks:
+                self._write_acks()
+                continue
             try:
                 self._read_once(None)
             finally:
@@ -209,7 +196,7 @@ class Link:
     def _release_role(self) -> None:
         with self._lock:
             self._reading = False
-            if len(self._pending) > self._ack_batches:  # acks alone: see _read_loop
+            if self._unattended():  # callers read for themselves; acks: see _read_loop
                 self._reader_wanted.notify()
 
     def _read_once(self, deadline: float | None) -> None:
@@ -308,17 +295,24 @@ class Link:
         return rid
 
     def ack_later(self, cid: int, receipt: bytes) -> None:
-        """Ack ``receipt`` of consumer ``cid`` without waiting: written now if no ack
-        batch is under way, else with the next one or before the next request."""
+        """Ack ``receipt`` of consumer ``cid`` without waiting: written at once when no
+        call and no ack batch is under way on this link, else before the next request,
+        or by the background reader :data:`ACK_WRITE_DELAY_S` after the first ack queued."""
         with self._lock:
             if not self._alive:
                 return  # lost with the link: delivered again after its invisible time
+            first = not self._acks
             self._acks.setdefault(cid, []).append(receipt)
-            if self._ack_batches:
-                return
-        self._write_acks()
+            now = not self._callers and not self._ack_batches
+            if first and not now:
+                self._acks_due = time.monotonic() + ACK_WRITE_DELAY_S
+                self._reader_wanted.notify()  # it times the write
+        if now:
+            self._write_acks(wake=True)
 
-    def _write_acks(self) -> None:
+    def _write_acks(self, wake: bool = False) -> None:
+        """Write the queued acks; ``wake``: have the background reader read their answers
+        (no caller on this link will)."""
         try:
             with self._write_lock:
                 data = self._ack_frames()
@@ -326,6 +320,10 @@ class Link:
                     self._sock.sendall(data)
         except OSError as e:
             self._fail(ConnectionFailed(f"send to {self.address} failed: {e}"))
+        if wake:
+            with self._lock:
+                if not self._reading:
+                    self._reader_wanted.notify()
 
     def _ack_frames(self) -> bytes:
         """The queued acks as ``ack_batch`` frames, their answers awaited (write lock held)."""
@@ -339,21 +337,18 @@ class Link:
                 self._pending[rid] = self._acks_answered
                 self._ack_batches += 1
                 frames.append(P.request(rid, "ack_batch", {"cid": cid, "receipts": receipts}))
-            if not self._reading:
-                self._reader_wanted.notify()
+        # No wake-up here for their answers: a request that carried them is read by its
+        # caller; _write_acks wakes the background reader when nobody else will read.
         return b"".join(frames)
 
     def _acks_answered(self, result: Any, error: BaseException | None) -> None:
-        """An ``ack_batch`` of :meth:`ack_later` was answered: write what gathered meanwhile."""
+        """An ``ack_batch`` of :meth:`ack_later` was answered."""
         with self._lock:
             self._ack_batches -= 1
-            more = bool(self._acks) and not self._ack_batches
         if error is not None:
             log.debug("acks to %s failed (delivered again later): %s", self.address, error)
         elif isinstance(result, list) and not all(result):
             log.debug("%d acks to %s came too late", result.count(False), self.address)
-        if more:
-            self._write_acks()
 
     def call(self, op: str, args: dict[str, Any], timeout_s: float) -> Any:
         """Send a request and wait for its result.
@@ -361,7 +356,7 @@ class Link:
         :raises ConnectionFailed: when the link breaks or no answer comes in ``timeout_s``.
         :raises ChronoqError: the error the server answered.
         """
-        return self._call(op, args, timeout_s, _Waiter())
+        return self._call(op, args, timeout_s, Waiter())
 
     def call_timed(
         self, op: str, args: dict[str, Any], timeout_s: float
@@ -372,11 +367,28 @@ class Link:
         :raises ConnectionFailed: when the link breaks or no answer comes in ``timeout_s``.
         :raises ChronoqError: the error the server answered.
         """
-        waiter = _TimedWaiter()
+        waiter = TimedWaiter()
         result = self._call(op, args, timeout_s, waiter)
         return result, waiter.read_at, waiter.reader == threading.get_ident()
 
-    def _call(self, op: str, args: dict[str, Any], timeout_s: float, waiter: _Waiter) -> Any:
+    def _call(self, op: str, args: dict[str, Any], timeout_s: float, waiter: Waiter) -> Any:
+        # Counted as a caller, who reads for itself: the background reader leaves its
+        # request alone (taking the role, it would hand the answer over to this thread).
+        with self._lock:
+            self._callers += 1
+        try:
+            return self._wait_call(op, args, timeout_s, waiter)
+        finally:
+            with self._lock:
+                self._callers -= 1
+                if not self._reading and self._unattended():
+                    self._reader_wanted.notify()
+
+    def _unattended(self) -> bool:
+        """Whether a request waits that neither a caller nor a linger covers (lock held)."""
+        return len(self._pending) > self._ack_batches + self._callers - self._role_waiters
+
+    def _wait_call(self, op: str, args: dict[str, Any], timeout_s: float, waiter: Waiter) -> Any:
         deadline = time.monotonic() + timeout_s
         rid = self._submit(op, args, waiter)
         answered = waiter.lock.acquire
@@ -389,9 +401,17 @@ class Link:
                 if time.monotonic() < deadline:
                     continue
             else:
-                # Someone else reads; wake now and then to take the role if it frees.
+                # Someone else reads; wake now and then to take the role if it frees
+                # (meanwhile not counted as reading for itself: see _unattended).
                 remaining = deadline - time.monotonic()
-                if remaining > 0 and answered(timeout=min(remaining, 0.05)):
+                with self._lock:
+                    self._role_waiters += 1
+                try:
+                    got = remaining > 0 and answered(timeout=min(remaining, 0.05))
+                finally:
+                    with self._lock:
+                        self._role_waiters -= 1
+                if got:
                     break
                 if remaining > 0:
                     continue
