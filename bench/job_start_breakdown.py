@@ -244,10 +244,53 @@ def print_profile(title: str, profiles: Sequence[cProfile.Profile], top: int) ->
     print("\n".join(lines[start:]).rstrip())
 
 
+def schedule_spread(
+    job: Any, n: int, due_from: float, due_to: float, seed: int
+) -> tuple[int, list[int], list[str], float]:
+    """Schedule jobs ``0..n-1`` of ``job`` at whole-ms due times uniform in
+    ``[due_from, due_to]`` s from now, with ``schedule_many`` in batches of 1,000
+    (scheduling is not what these benches measure).
+
+    :returns: the start (epoch ms), the due times, the message ids, and the
+        seconds scheduling took.
+    """
+    from scheduler import Call  # after CHRONOQ_FIRE_LOG is set (see the top)
+
+    start_ms = int(time.time() * 1000)
+    rng = random.Random(seed)
+    lo, hi = start_ms + due_from * 1000, start_ms + due_to * 1000
+    dues = [int(rng.uniform(lo, hi)) for _ in range(n)]
+    t0 = time.perf_counter()
+    ids: list[str] = []
+    for i in range(0, n, 1000):
+        calls = [
+            Call((jid,), at=EPOCH + timedelta(milliseconds=dues[jid]))
+            for jid in range(i, min(i + 1000, n))
+        ]
+        ids += [r.msg_id for r in job.schedule_many(calls)]
+    return start_ms, dues, ids, time.perf_counter() - t0
+
+
+def breakdown_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options every job-start breakdown bench takes (``--n``, ``--due-from``,
+    ``--due-to``, ``--seed``, ``--profile``); each adds its own."""
+    assert doc is not None
+    p = argparse.ArgumentParser(
+        description=doc.split("\n", 1)[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--n", type=int, default=20_000, help="jobs (default 20,000)")
+    p.add_argument("--due-from", type=float, default=3.0, help="s after start (default 3)")
+    p.add_argument("--due-to", type=float, default=13.0, help="s after start (default 13)")
+    p.add_argument("--seed", type=int, default=16)
+    p.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile top N")
+    return p
+
+
 def run(args: argparse.Namespace) -> int:
     import psutil
 
-    from scheduler import Call, Scheduler
+    from scheduler import Scheduler
     from workers import Dispatcher
     from workers.gc_tuning import tune_gc
     from workers.job_metrics import JobMetrics
@@ -271,20 +314,9 @@ def run(args: argparse.Namespace) -> int:
         thread = threading.Thread(target=dispatcher.run_forever, name="bench-dispatcher")
         thread.start()
         try:
-            start_ms = int(time.time() * 1000)
-            rng = random.Random(args.seed)
-            lo, hi = start_ms + args.due_from * 1000, start_ms + args.due_to * 1000
-            dues = [int(rng.uniform(lo, hi)) for _ in range(args.n)]
-            t0 = time.perf_counter()
-            # In batches (schedule_many): scheduling is not what is measured here.
-            ids: list[str] = []
-            for i in range(0, args.n, 1000):
-                calls = [
-                    Call((jid,), at=EPOCH + timedelta(milliseconds=dues[jid]))
-                    for jid in range(i, min(i + 1000, args.n))
-                ]
-                ids += [r.msg_id for r in job.schedule_many(calls)]
-            sched_s = time.perf_counter() - t0
+            start_ms, dues, ids, sched_s = schedule_spread(
+                job, args.n, args.due_from, args.due_to, args.seed
+            )
             proc = psutil.Process()
             c0 = proc.cpu_times()
             th0 = thread_cpu()
@@ -364,19 +396,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    assert __doc__ is not None
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n", 1)[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--n", type=int, default=20_000, help="jobs (default 20,000)")
-    p.add_argument("--due-from", type=float, default=3.0, help="s after start (default 3)")
-    p.add_argument("--due-to", type=float, default=13.0, help="s after start (default 13)")
-    p.add_argument("--seed", type=int, default=16)
+    p = breakdown_parser(__doc__)
     p.add_argument("--metrics", action="store_true", help="add the JobMetrics hook")
     p.add_argument("--no-gc-tuning", action="store_true", help="skip workers.gc_tuning")
     p.add_argument("--worst", type=int, default=0, metavar="K", help="list the K latest")
-    p.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile top N")
     return run(p.parse_args(argv))
 
 

@@ -34,12 +34,11 @@ import argparse
 import bisect
 import gc
 import os
-import random
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 if __package__ in (None, ""):
@@ -54,7 +53,9 @@ from bench.job_start_breakdown import (
     GcPauses,
     StageStamps,
     ThreadProfiles,
+    breakdown_parser,
     print_profile,
+    schedule_spread,
     thread_group,
 )
 from bench.stats import ms, percentiles
@@ -178,7 +179,7 @@ def redis_pid(url: str) -> int | None:
 def run(args: argparse.Namespace) -> int:
     import psutil
 
-    from scheduler import Call, Scheduler
+    from scheduler import Scheduler
     from workers import Dispatcher
     from workers.gc_tuning import tune_gc
 
@@ -203,19 +204,9 @@ def run(args: argparse.Namespace) -> int:
         thread = threading.Thread(target=dispatcher.run_forever, name="bench-dispatcher")
         thread.start()
         try:
-            start_ms = int(time.time() * 1000)
-            rng = random.Random(args.seed)
-            lo, hi = start_ms + args.due_from * 1000, start_ms + args.due_to * 1000
-            dues = [int(rng.uniform(lo, hi)) for _ in range(args.n)]
-            t0 = time.perf_counter()
-            ids: list[str] = []
-            for i in range(0, args.n, 1000):
-                calls = [
-                    Call((jid,), at=EPOCH + timedelta(milliseconds=dues[jid]))
-                    for jid in range(i, min(i + 1000, args.n))
-                ]
-                ids += [r.msg_id for r in job.schedule_many(calls)]
-            sched_s = time.perf_counter() - t0
+            start_ms, dues, ids, sched_s = schedule_spread(
+                job, args.n, args.due_from, args.due_to, args.seed
+            )
             # Filled ahead: a dict growing past 87,381 entries mid-run stops every thread
             # for a few ms to resize (a bench artifact at the same job count every run).
             for table in (stamps.pulled, stamps.submitted, stamps.acked):
@@ -293,18 +284,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    assert __doc__ is not None
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n", 1)[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--n", type=int, default=20_000, help="jobs (default 20,000)")
-    p.add_argument("--due-from", type=float, default=3.0, help="s after start (default 3)")
-    p.add_argument("--due-to", type=float, default=13.0, help="s after start (default 13)")
-    p.add_argument("--seed", type=int, default=16)
+    p = breakdown_parser(__doc__)
     p.add_argument("--no-gc-tuning", action="store_true", help="skip workers.gc_tuning")
     p.add_argument("--worst", type=int, default=0, metavar="K", help="list the K latest")
-    p.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile top N")
     return run(p.parse_args(argv))
 
 

@@ -38,7 +38,6 @@ import argparse
 import gc
 import json
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -47,7 +46,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import IO, Any
 
 os.environ["CHRONOQ_FIRE_LOG"] = "1"  # before chronoq is imported: read once there
@@ -57,13 +55,14 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.job_start_breakdown import (
-    EPOCH,
     PCTS,
     Body,
     GcPauses,
     StageStamps,
     ThreadProfiles,
+    breakdown_parser,
     print_profile,
+    schedule_spread,
 )
 from bench.stats import ms, percentiles
 
@@ -285,7 +284,7 @@ def print_cpu(title: str, n: int, before: dict[str, Any], after: dict[str, Any])
 
 def run(args: argparse.Namespace) -> int:
     from broker_adapter.server.stage_log import stage_log
-    from scheduler import Call, Scheduler
+    from scheduler import Scheduler
     from workers import Dispatcher
     from workers.gc_tuning import tune_gc
 
@@ -306,19 +305,9 @@ def run(args: argparse.Namespace) -> int:
         thread = threading.Thread(target=dispatcher.run_forever, name="bench-dispatcher")
         thread.start()
         try:
-            start_ms = int(time.time() * 1000)
-            rng = random.Random(args.seed)
-            lo, hi = start_ms + args.due_from * 1000, start_ms + args.due_to * 1000
-            dues = [int(rng.uniform(lo, hi)) for _ in range(args.n)]
-            t0 = time.perf_counter()
-            ids: list[str] = []
-            for i in range(0, args.n, 1000):
-                calls = [
-                    Call((jid,), at=EPOCH + timedelta(milliseconds=dues[jid]))
-                    for jid in range(i, min(i + 1000, args.n))
-                ]
-                ids += [r.msg_id for r in job.schedule_many(calls)]
-            sched_s = time.perf_counter() - t0
+            start_ms, dues, ids, sched_s = schedule_spread(
+                job, args.n, args.due_from, args.due_to, args.seed
+            )
             s0 = server.ask("snap")
             gc.callbacks.append(pauses)
             c0: dict[str, Any] = {"process": process_cpu(), "threads": thread_cpu()}
@@ -392,16 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--serve-child"]:
         return serve_child(argv[1:])
-    assert __doc__ is not None
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n", 1)[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--n", type=int, default=20_000, help="jobs (default 20,000)")
-    p.add_argument("--due-from", type=float, default=3.0, help="s after start (default 3)")
-    p.add_argument("--due-to", type=float, default=13.0, help="s after start (default 13)")
-    p.add_argument("--seed", type=int, default=16)
-    p.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile top N")
+    p = breakdown_parser(__doc__)
     return run(p.parse_args(argv))
 
 

@@ -283,12 +283,18 @@ def test_prometheus_metrics(tmp_path: Path) -> None:
             broker.abort(r.msg_id)
             got = pull_until(c, 3)
             c.ack(got[0])
-            text = (
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10)
-                .read()
-                .decode()
+
+            def scrape() -> set[str]:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                    return set(r.read().decode().splitlines())
+
+            # The client answers an ack it holds itself and writes it without waiting
+            # (as on Redis): the server applies it a moment later.
+            eventually(
+                lambda: 'chronoq_inflight{group="mg"} 2.0' in scrape(),
+                what="the ack reached the server",
             )
-        lines = set(text.splitlines())
+            lines = scrape()
         assert 'chronoq_pending{topic="mt"} 1.0' in lines
         assert 'chronoq_fired_total{topic="mt"} 3.0' in lines
         assert 'chronoq_inflight{group="mg"} 2.0' in lines
