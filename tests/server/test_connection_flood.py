@@ -165,14 +165,14 @@ def test_with_a_token_an_unauthenticated_flood_does_not_lock_out_a_client_with_i
     try:
         # Given: silent sockets and wrong-token hellos from every address
         stop = threading.Event()
-        wrong: list[str] = []
+        wrong: list[tuple[str, str]] = []
 
         def bad_tokens() -> None:
             while not stop.is_set():
                 for source in (GOOD, *FLOODERS[:2]):
                     s, answer = raw_hello(server.port, source, "not-the-token")
                     s.close()
-                    wrong.append(answer)
+                    wrong.append((source, answer))
 
         t = threading.Thread(target=bad_tokens, daemon=True)
         with Flood(server.port, {**dict.fromkeys(FLOODERS, 40), GOOD: 8}) as flood:
@@ -183,7 +183,12 @@ def test_with_a_token_an_unauthenticated_flood_does_not_lock_out_a_client_with_i
             assert sum(attempts) < 20, attempts
             stop.set()
             t.join(20)
-        assert wrong and all("refused the token" in a for a in wrong), set(wrong)
+        # A flooding address's opening socket may be evicted before its hello is read
+        # (the busiest address's oldest goes first); every answer given is a refusal.
+        assert wrong and all(
+            "refused the token" in a or (a == "closed" and src != GOOD) for src, a in wrong
+        ), set(wrong)
+        assert any(src == GOOD and "refused the token" in a for src, a in wrong)
 
         # a client without the token is still refused (once the flood's last sockets
         # have left the opening pool: until then it may be told to try again later)
