@@ -23,7 +23,7 @@ settings: 8 pool threads, prefetch 32) on a thread; ``N`` jobs scheduled with
 It prints, per stage, P50 / P99 / P99.9 / max in ms, and the lateness
 (``started - due``), the median split of the jobs around the P99; with ``--worst K`` the ``K`` latest starts with their due
 time and per-stage split (do they cluster in one stall?); then CPU: the process's user + system CPU from the end of
-scheduling to the last ack, per job, and per thread (psutil's per-thread user and system times and the thread's voluntary context switches from /proc,
+scheduling to the last ack, per job, and per thread (psutil's per-thread times,
 named by ``threading``); the GC's collections and pauses meanwhile (``gc.callbacks``); with ``--profile N``, the
 top ``N`` functions by own CPU time of each thread (the pool's together; cProfile
 timed by ``time.thread_time``, which slows them: read its shares, not its times). ``--metrics`` adds
@@ -144,30 +144,16 @@ class GcPauses:
         self.longest[gen] = max(self.longest[gen], took)
 
 
-def thread_cpu() -> dict[str, tuple[float, float, int]]:
-    """Per live thread of this process, by thread name: user and system CPU seconds
-    and voluntary context switches (its wake-ups, from ``/proc``)."""
+def thread_cpu() -> dict[str, float]:
+    """User + system CPU seconds per live thread of this process, by thread name."""
     import psutil  # type: ignore[import-untyped]
 
     names = {t.native_id: t.name for t in threading.enumerate()}
-    out: dict[str, tuple[float, float, int]] = {}
+    out: dict[str, float] = {}
     for t in psutil.Process().threads():
         name = thread_group(names.get(t.id, f"tid-{t.id}"))
-        user, system, switches = out.get(name, (0.0, 0.0, 0))
-        out[name] = (user + t.user_time, system + t.system_time, switches + _switches(t.id))
+        out[name] = out.get(name, 0.0) + t.user_time + t.system_time
     return out
-
-
-def _switches(tid: int) -> int:
-    """Voluntary context switches of thread ``tid`` so far (0 where unknown)."""
-    try:
-        with open(f"/proc/self/task/{tid}/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("voluntary_ctxt_switches:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def stage_rows(
@@ -367,20 +353,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"lost {lost}, early {sum(1 for x in rows['lateness'] if x < 0)}")
     cpu = (c1.user + c1.system) - (c0.user + c0.system)
     print(f"CPU per job (process, scheduling excluded): {cpu * 1e6 / args.n:.1f} us")
-    zero = (0.0, 0.0, 0)
-
-    def used(name: str) -> float:
-        (u1, s1, _), (u0, s0, _) = th1[name], th0.get(name, zero)
-        return (u1 + s1) - (u0 + s0)
-
-    for name in sorted(th1, key=lambda k: -used(k)):
-        (u1, s1, w1), (u0, s0, w0) = th1[name], th0.get(name, zero)
-        if used(name) > 0.0005:
-            print(
-                f"  {name:<32} {used(name) * 1e6 / args.n:8.1f} us/job "
-                f"(user {(u1 - u0) * 1e6 / args.n:.1f}, system {(s1 - s0) * 1e6 / args.n:.1f}; "
-                f"{(w1 - w0) / args.n:.2f} wake-ups/job)"
-            )
+    for name in sorted(th1, key=lambda k: -(th1[k] - th0.get(k, 0.0))):
+        d = th1[name] - th0.get(name, 0.0)
+        if d > 0.0005:
+            print(f"  {name:<32} {d * 1e6 / args.n:8.1f} us/job")
     print(
         "GC meanwhile, gen 0/1/2: collections "
         + " / ".join(str(c) for c in pauses.count)

@@ -46,7 +46,6 @@ class ReadySignal:
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._epoch = 0
-        self._waiting = 0  # threads inside wait(): a notify with none skips the condition's
 
     @property
     def epoch(self) -> int:
@@ -57,8 +56,7 @@ class ReadySignal:
         """Wake every waiting pull (messages are ready, room freed, or the broker closes)."""
         with self._cond:
             self._epoch += 1
-            if self._waiting:
-                self._cond.notify_all()
+            self._cond.notify_all()
 
     def wait(self, epoch: int, timeout_s: float) -> None:
         """Sleep up to ``timeout_s`` unless a wake-up came since ``epoch`` was read.
@@ -68,11 +66,7 @@ class ReadySignal:
         """
         with self._cond:
             if self._epoch == epoch:
-                self._waiting += 1
-                try:
-                    self._cond.wait(timeout_s)
-                finally:
-                    self._waiting -= 1
+                self._cond.wait(timeout_s)
 
 
 class EmbeddedConsumer(Consumer):
@@ -185,23 +179,21 @@ class EmbeddedConsumer(Consumer):
             return out
         core = self._core
         tails = core.tails
-        cursors = group.cursors
-        tids = self._tids
-        n = len(tids)
-        turn = self._turn = (self._turn + 1) % n
         names = core.topic_names
+        scan = core.store.scan
+        pull = Pull(now_ms + group.invisible_ms, self)
         receipts: list[bytes] = []
         records: list[bytes] = []
+        tids = self._tids
+        n = len(tids)
+        self._turn = (self._turn + 1) % n
         for i in range(n):
-            tid = tids[(turn + i) % n]
-            cursor = cursors[tid]
+            tid = tids[(self._turn + i) % n]
+            cursor = group.cursors[tid]
             tail = tails.get(tid)
             if tail is None or cursor > tail:
-                continue  # nothing new: most pulls of most topics stop here
-            want = room - len(out)
-            rows = core.fresh_rows(tid, cursor, want)
-            if rows is None:  # older than what was just fired: read the store
-                rows = core.store.scan(CF_READY, cursor, topic_range(tid)[1], want)
+                continue
+            rows = scan(CF_READY, cursor, topic_range(tid)[1], room - len(out))
             held_bytes, max_bytes = self.held_bytes, self.max_inflight_bytes
             taken = 0
             for receipt, data in rows:  # hot loop: locals only, one object per message
@@ -228,14 +220,13 @@ class EmbeddedConsumer(Consumer):
                 )
                 taken += 1
             if taken:
-                cursors[tid] = receipts[-1] + b"\x00"
+                group.cursors[tid] = receipts[-1] + b"\x00"
                 group.ready[tid] = group.ready.get(tid, 0) - taken
                 self.held += taken
                 self.held_bytes = held_bytes
             if len(out) >= room or self.held_bytes >= self.max_inflight_bytes:
                 break
-        if receipts:
-            group.add_pulled(receipts, records, Pull(now_ms + group.invisible_ms, self))
+        group.add_pulled(receipts, records, pull)
         return out
 
     @property

@@ -33,7 +33,6 @@ the order they were built (and re-taking the lock per call would cost a send ~5 
 
 from __future__ import annotations
 
-import bisect
 import os
 import threading
 import time
@@ -55,8 +54,6 @@ SEQ_BLOCK = 1 << 20
 FIRE_DUTY_GRACE_MS = 20
 # A fired chunk this big deletes its wheel keys with one range tombstone.
 _RANGE_DELETE_MIN = 256
-#: Most newly fired entries per topic held in memory for pulls (:meth:`BrokerCore.fresh`).
-FRESH_MAX = 4096
 
 
 class BrokerCore:
@@ -101,8 +98,6 @@ class BrokerCore:
         self._pending: dict[int, int] = {}
         self._fired: dict[int, int] = {}
         self._tails: dict[int, bytes] = {}
-        # topic id -> (ready keys, records) of its newest fired entries: see fresh_rows.
-        self._fresh: dict[int, tuple[list[bytes], list[bytes]]] = {}
         self.store: RocksStore = store
         self.lock: threading.RLock = self._lock
         self.topic_ids: Mapping[str, int] = self._topic_ids
@@ -150,7 +145,6 @@ class BrokerCore:
         fired_upto = store.cf[K.CF_META].get(K.META_FIRED_UPTO) or K.wheel_key(0, 0)
         self._fired_upto: bytes = fired_upto
         self._last_now = max(self._last_now, K.wheel_time(fired_upto))
-        self._fresh.clear()  # what the store has is read from it from now on
         for tid in self._topic_names:
             lo, hi = K.topic_range(tid)
             tail = store.last_key(K.CF_READY, lo, hi)
@@ -313,7 +307,6 @@ class BrokerCore:
         self._count(batch, {tid: 1})
         self._count(batch, {tid: 1}, fired=True)
         self._tails[tid] = ready_key
-        self._fresh.pop(tid, None)  # no longer ends at the tail: pulls read the store
         return wkey
 
     def abort_pending(self, wkey: bytes, tid: int, record: bytes) -> None:
@@ -374,8 +367,7 @@ class BrokerCore:
             batch = store.batch()
             h_wheel, h_ready = self._h_wheel, self._h_ready
             prefix = self._prefixes
-            tails: dict[int, bytes] = {}
-            chunk: dict[int, tuple[list[bytes], list[bytes]]] = {}
+            tails = {}
             # Everything below the last fired key has now fired or was aborted, so a
             # big chunk is one range tombstone; small ones stay point deletes
             # (many range tombstones in a memtable slow reads down).
@@ -387,61 +379,14 @@ class BrokerCore:
                     batch.delete(wkey, h_wheel)
                 ready_key = prefix[tid] + wkey
                 batch.put(ready_key, record, h_ready)
-                rows = chunk.get(tid)
-                if rows is None:
-                    rows = chunk[tid] = ([], [])
-                rows[0].append(ready_key)
-                rows[1].append(record)
-            for tid, rows in chunk.items():
-                counts[tid] = len(rows[0])
-                tails[tid] = rows[0][-1]
+                counts[tid] = counts.get(tid, 0) + 1
+                tails[tid] = ready_key
             self._count(batch, counts, fired=True)
             self._fired_upto = K.next_key(entries[-1][0])
             batch.put(K.META_FIRED_UPTO, self._fired_upto, self._h_meta)
             store.write(batch, lazy=True)
-            self._keep_fresh(chunk)
             self._tails.update(tails)
         return counts
-
-    def _keep_fresh(self, chunk: Mapping[int, tuple[list[bytes], list[bytes]]]) -> None:
-        """Note a written chunk (topic id -> ready keys, records) as the newest fired
-        entries of its topics (lock held): appended to a topic's entries when these
-        end at its tail, else (or once :data:`FRESH_MAX` are held) in their place."""
-        fresh, tails = self._fresh, self._tails
-        for tid, (keys, records) in chunk.items():
-            held = fresh.get(tid)
-            if (
-                held is not None
-                and len(held[0]) + len(keys) <= FRESH_MAX
-                and held[0][-1] == tails.get(tid)
-            ):
-                # Records first: a reader bounded by the keys' length finds each record.
-                held[1].extend(records)
-                held[0].extend(keys)
-            else:
-                fresh[tid] = (keys, records)
-
-    def fresh_rows(self, tid: int, cursor: bytes, limit: int) -> list[tuple[bytes, bytes]] | None:
-        """Up to ``limit`` ``(ready key, record)`` pairs of topic ``tid`` from ``cursor`` on,
-        from memory, or ``None`` when the store must be read (``cursor`` is older
-        than what is held). Any thread, no lock: it saves a pull the scan (two
-        RocksDB iterators) of entries just fired (issue 16).
-
-        What is held for a topic is every ready key from its first to its last, in
-        order: only :meth:`fire_due` adds to it, and only when it ended at the
-        topic's tail; :meth:`append_ready` and a reload drop it. It is appended to
-        (records first) and never shortened, so a reader sees a consistent prefix.
-        """
-        held = self._fresh.get(tid)
-        if held is None:
-            return None
-        keys, records = held
-        end = len(keys)
-        if not end or cursor < keys[0]:
-            return None
-        at = bisect.bisect_left(keys, cursor, 0, end)
-        stop = min(end, at + limit)
-        return list(zip(keys[at:stop], records[at:stop], strict=True))
 
     def next_due_ms(self) -> int | None:
         """When the wheel next needs the wheel thread (see :meth:`TimingWheel.next_due_ms`)."""
