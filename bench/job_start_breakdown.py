@@ -230,6 +230,25 @@ def print_profile(title: str, profiles: Sequence[cProfile.Profile], top: int) ->
     print("\n".join(lines[start:]).rstrip())
 
 
+def print_stage_table(rows: dict[str, list[float]], labels: Sequence[tuple[str, str]]) -> None:
+    """One line per ``(stage, label)``: P50/P99/P99.9/max (ms) of ``rows[stage]`` and its count."""
+    print(f"{'stage (ms since previous)':<28}" + "".join(f"{p:>8}" for p in PCTS) + "   n")
+    for stage, label in labels:
+        pct = percentiles(rows[stage], (50.0, 99.0, 99.9))
+        print(f"{label:<28}" + "".join(f"{ms(pct[p]):>8}" for p in PCTS) + f"   {len(rows[stage])}")
+
+
+def print_worst(worst: list[tuple[float, int, list[float]]], dues: list[int], k: int) -> None:
+    """The ``k`` latest starts: lateness, due (s after the first due), each stage (ms)."""
+    if not k:
+        return
+    first = min(dues)
+    print(f"the {k} latest starts: due (s after the first), then each stage (ms)")
+    for late, due, split in sorted(worst, reverse=True)[:k]:
+        parts = " ".join(f"{x:7.2f}" for x in split)
+        print(f"  late {late:7.2f}  due +{(due - first) / 1000:7.3f}s  {parts}")
+
+
 def schedule_spread(
     job: Any, n: int, due_from: float, due_to: float, seed: int
 ) -> tuple[int, list[int], list[str], float]:
@@ -331,23 +350,18 @@ def run(args: argparse.Namespace) -> int:
         f"gc tuning {'off' if args.no_gc_tuning else 'on'}, "
         f"load {load} =="
     )
-    print(f"{'stage (ms since previous)':<28}" + "".join(f"{p:>8}" for p in PCTS) + "   n")
-    for stage, label in (
-        ("fire", "fire (wheel) - due"),
-        ("pulled", "pulled - fire"),
-        ("submitted", "submitted - pulled"),
-        ("started", "body start - submitted"),
-        ("acked", "ack done - body start"),
-        ("lateness", "= job start - due"),
-    ):
-        pct = percentiles(rows[stage], (50.0, 99.0, 99.9))
-        print(f"{label:<28}" + "".join(f"{ms(pct[p]):>8}" for p in PCTS) + f"   {len(rows[stage])}")
-    if args.worst:
-        first = min(dues)
-        print(f"the {args.worst} latest starts: due (s after the first), then each stage (ms)")
-        for late, due, split in sorted(worst, reverse=True)[: args.worst]:
-            parts = " ".join(f"{x:7.2f}" for x in split)
-            print(f"  late {late:7.2f}  due +{(due - first) / 1000:7.3f}s  {parts}")
+    print_stage_table(
+        rows,
+        (
+            ("fire", "fire (wheel) - due"),
+            ("pulled", "pulled - fire"),
+            ("submitted", "submitted - pulled"),
+            ("started", "body start - submitted"),
+            ("acked", "ack done - body start"),
+            ("lateness", "= job start - due"),
+        ),
+    )
+    print_worst(worst, dues, args.worst)
     print_band(worst, dues)
     lost = args.n - len(rows["lateness"])
     print(f"lost {lost}, early {sum(1 for x in rows['lateness'] if x < 0)}")

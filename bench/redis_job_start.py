@@ -48,17 +48,17 @@ import redis
 
 from bench.async_client import redis_server
 from bench.job_start_breakdown import (
-    PCTS,
     Body,
     GcPauses,
     StageStamps,
     ThreadProfiles,
     breakdown_parser,
     print_profile,
+    print_stage_table,
+    print_worst,
     schedule_spread,
     thread_group,
 )
-from bench.stats import ms, percentiles
 from broker_adapter.redis import firer as firer_module
 from broker_adapter.redis.scripts import Scripts
 
@@ -239,23 +239,18 @@ def run(args: argparse.Namespace) -> int:
         f"== redis_job_start: N={args.n:,} due {args.due_from:g}-{args.due_to:g} s, "
         f"scheduled at {args.n / sched_s:,.0f}/s, load {load} =="
     )
-    print(f"{'stage (ms since previous)':<28}" + "".join(f"{p:>8}" for p in PCTS) + "   n")
-    for stage, label in (
-        ("fire", "fire (pass end) - due"),
-        ("pulled", "pulled - fire"),
-        ("submitted", "submitted - pulled"),
-        ("started", "body start - submitted"),
-        ("acked", "ack returned - body start"),
-        ("lateness", "= job start - due"),
-    ):
-        pct = percentiles(rows[stage], (50.0, 99.0, 99.9))
-        print(f"{label:<28}" + "".join(f"{ms(pct[p]):>8}" for p in PCTS) + f"   {len(rows[stage])}")
-    if args.worst:
-        first = min(dues)
-        print(f"the {args.worst} latest starts: due (s after the first), then each stage (ms)")
-        for late, due, split in sorted(worst, reverse=True)[: args.worst]:
-            parts = " ".join(f"{x:7.2f}" for x in split)
-            print(f"  late {late:7.2f}  due +{(due - first) / 1000:7.3f}s  {parts}")
+    print_stage_table(
+        rows,
+        (
+            ("fire", "fire (pass end) - due"),
+            ("pulled", "pulled - fire"),
+            ("submitted", "submitted - pulled"),
+            ("started", "body start - submitted"),
+            ("acked", "ack returned - body start"),
+            ("lateness", "= job start - due"),
+        ),
+    )
+    print_worst(worst, dues, args.worst)
     lost = args.n - len(rows["lateness"])
     print(f"lost {lost}, early {sum(1 for x in rows['lateness'] if x < 0)}")
     cpu = (c1.user + c1.system) - (c0.user + c0.system)

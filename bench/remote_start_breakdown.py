@@ -55,16 +55,15 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.job_start_breakdown import (
-    PCTS,
     Body,
     GcPauses,
     StageStamps,
     ThreadProfiles,
     breakdown_parser,
     print_profile,
+    print_stage_table,
     schedule_spread,
 )
-from bench.stats import ms, percentiles
 
 CLIENT_STAGES = ("pulled", "submitted", "started", "acked")
 LABELS = {
@@ -352,10 +351,7 @@ def run(args: argparse.Namespace) -> int:
         f"== remote_start_breakdown: N={args.n:,} due {args.due_from:g}-{args.due_to:g} s, "
         f"chronoq:// on loopback, scheduled at {args.n / sched_s:,.0f}/s, load {load} =="
     )
-    print(f"{'stage (ms since previous)':<28}" + "".join(f"{p:>8}" for p in PCTS) + "   n")
-    for stage, label in LABELS.items():
-        pct = percentiles(rows[stage], (50.0, 99.0, 99.9))
-        print(f"{label:<28}" + "".join(f"{ms(pct[p]):>8}" for p in PCTS) + f"   {len(rows[stage])}")
+    print_stage_table(rows, list(LABELS.items()))
     print(
         f"pull answers with messages: {answers_written:,} written "
         f"({args.n / max(1, answers_written):.2f} messages each), {log.answers[1]:,} read"
