@@ -28,8 +28,12 @@ class Load:
         self.failed_sends = 0
         self.received: set[str] = set()
         self.stop = threading.Event()
+        # set once both senders have returned: before that a send in flight can still
+        # be acknowledged, so "all acknowledged were received" is not final yet
+        self.senders_done = threading.Event()
         self.deadline = time.monotonic() + RUN_S
         self._lock = threading.Lock()
+        self.consumer_end = "running"  # why the consumer loop ended, for a failure message
         self.threads = [
             threading.Thread(target=f, daemon=True)
             for f in (self._single, self._batched, self._consume)
@@ -66,17 +70,32 @@ class Load:
                 self.acked_sends.update(r.msg_id for r in rs)
 
     def _consume(self) -> None:
+        try:
+            self._consume_until_done()
+        except BaseException as e:
+            self.consumer_end = f"raised {e!r}"
+            raise
+
+    def _consume_until_done(self) -> None:
         c = self.broker.consumer("k9", ["k9"])
+        errors = 0
+        last_error = ""
         while time.monotonic() < self.deadline and not (
-            self.stop.is_set() and self.acked_sends <= self.received
+            self.senders_done.is_set() and self.acked_sends <= self.received
         ):
             try:
                 got: list[ReceivedMessage] = c.pull(200, 100)
                 for m in got:
                     self.received.add(m.msg_id)
                     c.ack(m)
-            except ChronoqError:  # server gone: a dispatcher would log and go on
+            except ChronoqError as e:  # server gone: a dispatcher would log and go on
+                errors += 1
+                last_error = repr(e)
                 time.sleep(0.05)
+        self.consumer_end = (
+            f"ended {'at its deadline' if time.monotonic() >= self.deadline else 'done'}"
+            f" after {errors} errors (last {last_error or 'none'})"
+        )
         c.close()
 
 
@@ -98,6 +117,8 @@ def test_kill_9_under_load_loses_no_acknowledged_message(server: ServerProcess) 
         load.stop.set()
         for t in load.threads[:2]:
             t.join(RUN_S)
+        assert not any(t.is_alive() for t in load.threads[:2]), "senders did not stop"
+        load.senders_done.set()
         try:
             eventually(
                 lambda: load.acked_sends <= load.received,
@@ -108,7 +129,9 @@ def test_kill_9_under_load_loses_no_acknowledged_message(server: ServerProcess) 
             missing = sorted(load.acked_sends - load.received)
             with RemoteBroker.from_url(server.url) as check:
                 states = [check.query(mid) for mid in missing[:5]]
-            raise AssertionError(f"{e}: {len(missing)} missing, e.g. {states}") from e
+            raise AssertionError(
+                f"{e}: {len(missing)} missing, e.g. {states}; consumer {load.consumer_end}"
+            ) from e
         load.threads[2].join(RUN_S)
     finally:
         load.stop.set()
