@@ -205,9 +205,7 @@ class RedisSentinelProcs:
 
         def knows_master() -> bool:
             try:
-                return bool(
-                    sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
-                )
+                return bool(sentinel.sentinel_get_master_addr_by_name(self.service))
             except redis.ConnectionError:
                 return False
 
@@ -275,7 +273,7 @@ class RedisClusterProcs:
 
 
 def _cluster_state(client: redis.Redis) -> str:
-    info = client.execute_command("CLUSTER INFO")
+    info = client.cluster("INFO")  # typed; sends CLUSTER INFO
     if isinstance(info, dict):  # redis-py parses the reply
         return str(info.get("cluster_state", ""))
     text = info.decode() if isinstance(info, bytes) else str(info)
