@@ -81,6 +81,8 @@ _REMEMBERED = 16
 _CHUNK = 500
 #: The reason a delivery runs nothing under the misfire policy.
 MISFIRE_SKIPPED = "misfire policy skipped it"
+#: The reason a redelivery runs nothing: what it would catch up has messages of its own.
+LEFT_TO_OWN_MESSAGES = "its catch-up occurrences run from their own messages"
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +283,15 @@ class CronPlanner:
     # -- firing -------------------------------------------------------------------------
 
     def fire(
-        self, name: str, fire_ms: int, now_ms: int, *, topic: str, body: bytes, stored: bool
+        self,
+        name: str,
+        fire_ms: int,
+        now_ms: int,
+        *,
+        topic: str,
+        body: bytes,
+        stored: bool,
+        redelivery: bool = False,
     ) -> Firing | None:
         """The occurrence ``fire_ms`` of schedule ``name`` was delivered at ``now_ms``:
         check it against the schedule as stored now, arm the next occurrence and say
@@ -292,6 +302,9 @@ class CronPlanner:
         :param body: the message's body.
         :param stored: whether the message says it is a stored schedule's occurrence
             (:data:`~scheduler.plan.SCHEDULE_PROPERTY`).
+        :param redelivery: whether this is not the message's first delivery: then the
+            occurrences after its own that it would catch up go to messages of their
+            own (see :meth:`_leave_to_own_messages`).
         :returns: ``None`` when ``name`` is no schedule and the message is no stored
             schedule's occurrence (a plain job's message with a ``cron:`` key).
         """
@@ -300,8 +313,8 @@ class CronPlanner:
             record = self.store.current(name)
             if record is not None and record.source == "decorator" and record.paused:
                 return Firing(None, reason="paused")
-            run = self._fire_plan(self.plan_of_cron(cron), fire_ms, now_ms)
-            return Firing(cron, run, "" if run else MISFIRE_SKIPPED)
+            run, why = self._fire_plan(self.plan_of_cron(cron), fire_ms, now_ms, redelivery)
+            return Firing(cron, run, why)
         if not stored:
             return None
         d = self.store.current(name)
@@ -314,13 +327,13 @@ class CronPlanner:
         if not plan.owns(fire_ms, topic):
             self.arm(plan, max(now_ms, fire_ms))
             return Firing(None, reason=f"armed by an earlier version (now version {d.version})")
-        run = self._fire_plan(plan, fire_ms, now_ms)
+        run, why = self._fire_plan(plan, fire_ms, now_ms, redelivery)
         job = self._app.registry.find(d.job)
         if job is None:
-            why = f"unknown job: {JobNotFound(d.job, self._app.registry.names())}"
-            return Firing(None, reason=why, dead=True)
+            unknown = f"unknown job: {JobNotFound(d.job, self._app.registry.names())}"
+            return Firing(None, reason=unknown, dead=True)
         call = None if body == plan.body else d.call()
-        return Firing(self._spec_of(d, plan, job), run, "" if run else MISFIRE_SKIPPED, call=call)
+        return Firing(self._spec_of(d, plan, job), run, why, call=call)
 
     def _forget(self, name: str) -> None:
         """Drop what is cached of a stored schedule that is gone."""
@@ -338,7 +351,9 @@ class CronPlanner:
         self._def_specs[d.name] = (plan, job, spec)
         return spec
 
-    def on_fired(self, name: str, fire_ms: int, now_ms: int) -> list[int]:
+    def on_fired(
+        self, name: str, fire_ms: int, now_ms: int, *, redelivery: bool = False
+    ) -> list[int]:
         """The occurrence ``fire_ms`` of cron job ``name`` (``@app.cron``/``@app.every``)
         was delivered at ``now_ms``: arm the next occurrence and say which
         occurrences to run now (:meth:`fire` for a cron job, as a list).
@@ -354,7 +369,15 @@ class CronPlanner:
         if cron is None:
             raise JobNotFound(name, [c.name for c in self._app.registry.crons()])
         plan = self.plan_of_cron(cron)
-        firing = self.fire(name, fire_ms, now_ms, topic=plan.topic, body=plan.body, stored=False)
+        firing = self.fire(
+            name,
+            fire_ms,
+            now_ms,
+            topic=plan.topic,
+            body=plan.body,
+            stored=False,
+            redelivery=redelivery,
+        )
         return [] if firing is None else list(firing.run)
 
     def _armed_after(self, series: str, fire_ms: int) -> int | None:
@@ -364,8 +387,11 @@ class CronPlanner:
             i = bisect.bisect_right(armed, fire_ms)
             return armed[i] if i < len(armed) else None
 
-    def _fire_plan(self, plan: Plan, fire_ms: int, now_ms: int) -> tuple[int, ...]:
-        """Arm ``plan``'s next occurrence and apply its misfire policy."""
+    def _fire_plan(
+        self, plan: Plan, fire_ms: int, now_ms: int, redelivery: bool
+    ) -> tuple[tuple[int, ...], str]:
+        """Arm ``plan``'s next occurrence and apply its misfire policy: returns what to
+        run here, and why nothing runs when nothing does."""
         now = max(now_ms, fire_ms)
         nxt = plan.next_after(now)
         if nxt is not None:
@@ -373,6 +399,10 @@ class CronPlanner:
         decision = resolve_misfires(plan.trigger, fire_ms - 1, now, plan.policy)
         cap = self._armed_after(plan.series, fire_ms)
         run = tuple(t for t in decision.run if (cap is None or t < cap) and plan.in_window(t))
+        if redelivery and any(t != fire_ms for t in run):
+            run = self._leave_to_own_messages(plan, fire_ms, run)
+            if not run:
+                return run, LEFT_TO_OWN_MESSAGES
         if cap is not None and cap <= now:
             # A redelivery after later occurrences were armed: those run on their own.
             due = plan.trigger.fire_times_between(fire_ms - 1, cap - 1, limit=MAX_COUNTED)
@@ -400,7 +430,23 @@ class CronPlanner:
                 plan.misfire.coalesce,
                 plan.misfire.grace_s,
             )
-        return run
+        return run, "" if run else MISFIRE_SKIPPED
+
+    def _leave_to_own_messages(
+        self, plan: Plan, fire_ms: int, run: tuple[int, ...]
+    ) -> tuple[int, ...]:
+        """A redelivered occurrence's catch-up: of ``run``, only ``fire_ms`` runs here.
+
+        Its first delivery already armed what came next, maybe in another process,
+        whose arming this planner cannot know (it remembers its own); the occurrences
+        after that then had messages of their own and ran. So every occurrence of
+        ``run`` after ``fire_ms`` is armed as its own message instead, which is
+        idempotent: one that had a message keeps it (the broker answers ``DUPLICATE``,
+        also after it fired), and one that had none (the first delivery was itself a
+        catch-up, cut short) gets one now, due at once.
+        """
+        self._send([(plan, t) for t in run if t != fire_ms])
+        return tuple(t for t in run if t == fire_ms)
 
 
-__all__ = ["MISFIRE_SKIPPED", "CronPlanner", "Firing", "jitter_ms"]
+__all__ = ["LEFT_TO_OWN_MESSAGES", "MISFIRE_SKIPPED", "CronPlanner", "Firing", "jitter_ms"]

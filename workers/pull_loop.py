@@ -180,7 +180,13 @@ class PullLoop:
             return True
         try:
             firing = self._planner.fire(
-                name, fire_ms, self._clock.now_ms(), topic=m.topic, body=m.body, stored=stored
+                name,
+                fire_ms,
+                self._clock.now_ms(),
+                topic=m.topic,
+                body=m.body,
+                stored=stored,
+                redelivery=m.attempts > 1,
             )
         except Exception as e:  # noqa: BLE001 - retry the message soon; fire is idempotent
             self._log.exception("schedule %s msg=%s: planner failed", name, m.msg_id)

@@ -200,6 +200,70 @@ def test_redelivery_after_the_next_occurrence_leaves_it_to_its_own_message(
     assert app.planner.on_fired("tick", T0, T0 + 25 * MIN) == [T0]
 
 
+def test_redelivery_on_another_process_runs_no_occurrence_twice(
+    data_dir: Path, manual_clock: ManualClock
+) -> None:
+    """Three dispatchers on one broker: A takes T0 and dies; B runs the next
+    occurrences from their own messages; T0 comes back to C, which armed nothing of
+    them. C runs T0 again (at least once) but none of B's occurrences (a kill -9
+    in tests/netns ran five twice)."""
+    manual_clock.set(T0 - MIN)
+    with open_broker(f"rocksdb://{data_dir}", clock=manual_clock) as broker:
+        a, b, c = (Scheduler(broker, clock=manual_clock) for _ in range(3))
+        for app in (a, b, c):
+            app.cron("*/10 * * * *", name="tick", coalesce="all")(lambda: None)
+        # T0 stays in flight on A for the whole test (A is dead: its ack never comes)
+        with broker.consumer("w", ["chronoq.jobs"], invisible_ms=3_600_000) as consumer:
+            assert a.planner.arm_all() == 1
+            manual_clock.set(T0)
+            first = pull_one(consumer)  # A took T0
+            assert a.planner.on_fired("tick", T0, T0) == [T0]  # arms T0+10m
+            for n in (1, 2):  # B runs T0+10m and T0+20m from their own messages
+                t = T0 + n * 10 * MIN
+                manual_clock.set(t)
+                m = pull_one(consumer)
+                assert m.key == cron_key("tick", t)
+                assert b.planner.on_fired("tick", t, t) == [t]
+                assert consumer.ack(m)
+            now = T0 + 25 * MIN
+            manual_clock.set(now)
+            assert first.attempts == 1
+            # (taken as a first delivery, it would catch up all three: D shows it)
+            d = Scheduler(broker, clock=manual_clock)
+            d.cron("*/10 * * * *", name="tick", coalesce="all")(lambda: None)
+            assert d.planner.on_fired("tick", T0, now) == [T0, T0 + 10 * MIN, T0 + 20 * MIN]
+            # Then T0's redelivery on C runs T0 alone and arms nothing new
+            assert c.planner.on_fired("tick", T0, now, redelivery=True) == [T0]
+            assert armed(c) == [cron_key("tick", T0 + 30 * MIN)]
+
+
+def test_redelivery_of_a_cut_short_catch_up_arms_what_never_had_a_message(
+    data_dir: Path, manual_clock: ManualClock
+) -> None:
+    """A's first delivery of T0 came 25 min late and caught up three occurrences,
+    then A died; the redelivery on B runs T0 and hands T0+10m and T0+20m, which
+    never had messages, to messages of their own (due at once): run at least once,
+    each by one delivery."""
+    manual_clock.set(T0)
+    with open_broker(f"rocksdb://{data_dir}", clock=manual_clock) as broker:
+        a, b = (Scheduler(broker, clock=manual_clock) for _ in range(2))
+        for app in (a, b):
+            app.cron("*/10 * * * *", name="tick", coalesce="all")(lambda: None)
+        now = T0 + 25 * MIN
+        manual_clock.set(now)
+        assert a.planner.on_fired("tick", T0, now) == [T0, T0 + 10 * MIN, T0 + 20 * MIN]
+        assert b.planner.on_fired("tick", T0, now + 1, redelivery=True) == [T0]
+        assert armed(b) == [cron_key("tick", T0 + n * 10 * MIN) for n in (1, 2, 3)]
+        with broker.consumer("w", ["chronoq.jobs"]) as consumer:
+            for n in (1, 2):  # each is delivered now and runs itself only
+                m = pull_one(consumer)
+                t = T0 + n * 10 * MIN
+                assert m.key == cron_key("tick", t)
+                assert b.planner.on_fired("tick", t, now + 2) == [t]
+                assert consumer.ack(m)
+            assert_nothing(consumer)
+
+
 def test_on_fired_unknown_cron(app: Scheduler) -> None:
     @app.job(name="plain")
     def plain() -> None: ...
