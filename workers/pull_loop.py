@@ -314,7 +314,9 @@ class PullLoop:
         nxt = None
         if error is None and not cancelled and (fire_ms := run.next_fire_ms()) is not None:
             nxt = JobContext(run.spec, run.call, run.message, fire_ms, self._clock_ms)
-        end = self._flow.end_job(run, slot=slot, next_job=nxt)
+        # The common end claims lock-free; its slot goes with the settle (claim_ended).
+        held = slot and nxt is None and self._flow.claim_ended(run)
+        end = JobEnd.SETTLE if held else self._flow.end_job(run, slot=slot, next_job=nxt)
         if end is JobEnd.NEXT and nxt is not None:
             log_run(self._log, job, "ok", time.monotonic())
             self._flow.take_slot()
@@ -325,12 +327,12 @@ class PullLoop:
         if end is JobEnd.SETTLED:
             return  # already settled: timed out or released; its late end changes nothing
         if cancelled:
-            outcome = self._settle_run(run, _NEVER_STARTED)
+            outcome = self._settle_run(run, _NEVER_STARTED, slot=held)
         elif error is None:
-            outcome = self._settle_run(run, _ACK)
+            outcome = self._settle_run(run, _ACK, slot=held)
         else:
             decision = self._decide(run, error)
-            outcome = self._settle_run(run, decision)
+            outcome = self._settle_run(run, decision, slot=held)
             if decision.settlement is Settlement.DEFER:
                 error = None  # the executor logged why; no traceback per message
         log_run(self._log, job, outcome, time.monotonic(), error)
@@ -349,8 +351,9 @@ class PullLoop:
             run.spec, run.message.attempts, error, cron=run.cron is not None
         )
 
-    def _settle_run(self, run: Run, d: Decision) -> str:
-        """Settle a claimed run's message as ``d`` says; the words for its log line."""
+    def _settle_run(self, run: Run, d: Decision, *, slot: bool = False) -> str:
+        """Settle a claimed run's message as ``d`` says (``slot``: and free its ended
+        job's slot, see :meth:`InFlight.claim_ended`); the words for its log line."""
         m = run.message
         try:
             for before_settle in self.calls.before_settle:
@@ -360,7 +363,7 @@ class PullLoop:
                 after_settle(m, outcome)
         finally:  # only now may the run count as processed and leave the held set
             run.future = run.queued = None  # its done callback refers to it: no cycle kept
-            self._flow.settled(run)
+            self._flow.settled(run, slot=slot)
         return outcome
 
     def _settle_alone(self, m: ReceivedMessage, job: str | None, d: Decision) -> None:

@@ -25,7 +25,15 @@ class CronPlanner(Protocol):
     (:class:`scheduler.cron.CronPlanner`)."""
 
     def fire(
-        self, name: str, fire_ms: int, now_ms: int, *, topic: str, body: bytes, stored: bool
+        self,
+        name: str,
+        fire_ms: int,
+        now_ms: int,
+        *,
+        topic: str,
+        body: bytes,
+        stored: bool,
+        redelivery: bool = False,
     ) -> Firing | None:
         """Check a delivered occurrence, arm the next one, say what to run."""
         ...
@@ -76,6 +84,7 @@ class Run:
     """
 
     __slots__ = (
+        "_claim",
         "call",
         "cron",
         "future",
@@ -103,6 +112,7 @@ class Run:
         self.occurrences = occurrences
         #: Whether its message is settled (set once, by whoever claims it).
         self.settled = False
+        self._claim = [True]  # popped by the one claimer (see take_claim)
         #: The context of the job that runs (or ran last).
         self.job = job
         #: The executor's future of the current job, once submitted.
@@ -110,6 +120,20 @@ class Run:
         #: Or, on an executor that runs it without a future
         #: (:meth:`~workers.executors.local.LocalExecutor.start_job`), its queued call.
         self.queued: QueuedCall | None = None
+
+    def take_claim(self) -> bool:
+        """Take the one right to settle this run's message: ``True`` for the first
+        caller only, from any thread and without a lock (``list.pop`` is atomic in
+        CPython), so a job's end claims its run without a lock round trip; then
+        :attr:`settled` is set."""
+        if self.settled:
+            return False
+        try:
+            self._claim.pop()
+        except IndexError:
+            return False
+        self.settled = True
+        return True
 
     def next_fire_ms(self) -> int | None:
         """The occurrence after the current job's, or ``None`` when it was the last."""
