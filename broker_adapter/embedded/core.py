@@ -292,6 +292,18 @@ class BrokerCore:
         for entry in entries:
             schedule(*entry)
 
+    def write_one(self, batch: Any, wkey: bytes, tid: int, record: bytes) -> None:
+        """:meth:`write_pending` of the one entry ``(wkey, tid, record)``: the same puts
+        in the same order, without the lists and loops a batch needs (a single send's
+        path, issue 16; lock held)."""
+        batch.put(wkey, record, self._h_wheel)
+        pending = self._pending
+        n = pending[tid] = pending.get(tid, 0) + 1
+        value = K.U64X2.pack(n if n > 0 else 0, self._fired.get(tid, 0))  # noqa: FURB136
+        batch.put(K.META_COUNTERS + self._prefixes[tid], value, self._h_meta)
+        self._store.write(batch)
+        self._wheel.schedule(wkey, tid, record)
+
     def write(self, batch: Any) -> None:
         """Apply ``batch``, one that adds nothing to the wheel (see :meth:`write_pending`);
         lock held if it was built with a *lock held* method."""
