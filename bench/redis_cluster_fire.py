@@ -38,6 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -50,6 +51,9 @@ from bench.redis_job_start import PassLog
 from bench.stats import cpu_seconds, format_percentiles, load_average, num, percentiles, print_block
 from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
+
+if TYPE_CHECKING:
+    from tests.redis_server import RedisServer
 
 #: Every firing pass of the run, the threads' and the pulls', timed (bench-only).
 PASSES = PassLog()
@@ -255,6 +259,25 @@ def summary(singles: list[Round], clusters: list[Round], title: str) -> None:
     print_block(f"redis_cluster_fire: {title} / one instance (per round pair)", rows)
 
 
+def one_master_cluster(workdir: Path) -> RedisServer:
+    """A cluster-enabled ``redis-server`` that holds all 16,384 slots itself (``redis-cli
+    --cluster create`` wants 3 masters at least), once it says ``cluster_state:ok``."""
+    from tests.redis_server import RedisServer
+
+    node = RedisServer(workdir, cluster=True).start()
+    c = redis.Redis(host="127.0.0.1", port=node.port)
+    try:
+        c.cluster("ADDSLOTSRANGE", 0, 16383)
+        deadline = time.monotonic() + 30
+        while c.cluster("INFO").get("cluster_state") != "ok":
+            if time.monotonic() > deadline:
+                raise RuntimeError("the one-master cluster did not become ok")
+            time.sleep(0.05)
+    finally:
+        c.close()
+    return node
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--rounds", type=int, default=3, help="rounds of each setup")
@@ -272,6 +295,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also the first cluster shard count with a firing thread per master",
     )
     p.add_argument(
+        "--one-master",
+        action="store_true",
+        help=(
+            "also a cluster of ONE master holding every slot, with the first cluster shard"
+            " count: the cluster client and shards without two more processes to schedule"
+        ),
+    )
+    p.add_argument(
         "--cluster-shards",
         type=lambda v: [int(x) for x in v.split(",")],
         default=[12],
@@ -287,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="chronoq-bench-") as tmp:
         server = RedisServer(Path(tmp) / "single").start()
         cluster = RedisClusterProcs(Path(tmp) / "cluster").start()
+        servers: list[RedisServer] = []
         try:
             assert server.proc is not None
             single = Setup(
@@ -300,6 +332,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 (Setup(f"3-master cluster, {n} shards", cluster.url, nodes), n)
                 for n in args.cluster_shards
             ]
+            if args.one_master:
+                alone = one_master_cluster(Path(tmp) / "alone")
+                servers.append(alone)
+                assert alone.proc is not None
+                n = args.cluster_shards[0]
+                url = f"redis+cluster://127.0.0.1:{alone.port}"
+                lone = Node(alone.port, psutil.Process(alone.proc.pid))
+                plan.append((Setup(f"1-master cluster, {n} shards", url, [lone]), n))
             if args.per_master:
                 n = args.cluster_shards[0]
                 name = f"3-master cluster, {n} shards, a firing thread per master"
@@ -313,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for setup, _ in plan[1:]:
                 summary(rounds[single.name], rounds[setup.name], setup.name)
         finally:
+            for extra in servers:
+                extra.stop()
             cluster.stop()
             server.stop()
     return 0

@@ -10,12 +10,13 @@
 -- ARGV: [1] group, then per shard [B, k, then k pairs [n, deliveries of the receipt]].
 -- Returns msgpack array, per shard, of how many were acked (each only if it is still
 -- that delivery in flight).
+--@state
 local g = ARGV[1]
 local results = {}
 local a = 2
 while a <= #ARGV do
   local base, k = ARGV[a], tonumber(ARGV[a + 1])
-  local inf, stat = base .. 'inf:' .. g, base .. 'stat'
+  local inf, stat_key = base .. 'inf:' .. g, base .. 'stat'
   local done, cnt, gone = 0, {}, {}
   for i = a + 2, a + 2 * k, 2 do
     local n, att = ARGV[i], ARGV[i + 1]
@@ -33,10 +34,11 @@ while a <= #ARGV do
     redis.call('ZREM', inf, unpack(gone, i, math.min(i + 999, #gone)))
   end
   for topic, c in pairs(cnt) do
-    redis.call('HINCRBY', stat, 'i|' .. g .. '|' .. topic, -c)
+    stat(stat_key, 'i|' .. g .. '|' .. topic, -c)
   end
-  if done > 0 then redis.call('HINCRBY', stat, 'a|' .. g, done) end
+  if done > 0 then stat(stat_key, 'a|' .. g, done) end
   results[#results + 1] = done
   a = a + 2 + 2 * k
 end
+flush_stats() --@alone
 return cmsgpack.pack(results)

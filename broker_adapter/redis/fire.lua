@@ -17,7 +17,8 @@
 --   B.."inf:<group>"     zset  - expired deliveries                       (read, written)
 --   B.."stat"            hash  p|, f|, r|, i| counters                    (written)
 --   B.."kt"              zset  + "<topic>\0<key>" of each keyed fire, score = now +
---                              retention; its due members are trimmed      (read, written)
+--                              retention; its due members are trimmed on sweeps
+--                              (scan) and in passes that fired keyed ones  (read, written)
 --   B.."kx"              zset  - members whose k: entry expired (the trim)   (written)
 --   B.."k:<topic>\0<key>" PTTL read by the trim                             (read)
 -- ARGV: [1] now ms, [2] max entries per shard, [3] retention ms, [4] ready channel ("" =
@@ -27,6 +28,8 @@
 --       where anything moved.
 -- Returns msgpack array, per shard, of {fired + redelivered, next due or -1, next
 -- invisible deadline or -1 (none, or not looked at), more (0/1)}.
+-- fresh (what fired here for the first time) and stats: see part_state.lua.
+--@state
 local now, limit, retention = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local news = {} -- shards where anything moved
 local function bucket_of(base, n)
@@ -34,10 +37,32 @@ local function bucket_of(base, n)
 end
 local function fire(base, shard, scan)
 local due_key = base .. 'due'
-local items = redis.call('ZRANGEBYSCORE', due_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+-- A peek at the wheel's head first: it mostly holds every due entry and the first one
+-- after them, the head once they are gone (one command less per shard and pass).
+local peek = math.min(8, limit)
+local items = redis.call('ZRANGE', due_key, 0, peek - 1, 'WITHSCORES')
+local next_head, known = -1, #items < 2 * peek
+for i = 2, #items, 2 do
+  if tonumber(items[i]) > now then
+    next_head, known = tonumber(items[i]), true
+    for j = #items, i - 1, -1 do items[j] = nil end
+    break
+  end
+end
+if not known then -- more due than the peek holds
+  items = redis.call('ZRANGEBYSCORE', due_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+end
 local cnt = {}
 local function add(f, d) cnt[f] = (cnt[f] or 0) + d end
 local subs_of, touched, members, gone, gone_order, trims = {}, {}, {}, {}, {}, {}
+-- score/member pairs per key (rdy:<group>, log:<topic>): one ZADD each, not one per
+-- message
+local adds, add_order = {}, {}
+local function zadd(key, score, member)
+  local l = adds[key]
+  if not l then l = {}; adds[key] = l; add_order[#add_order + 1] = key end
+  l[#l + 1] = score; l[#l + 1] = member
+end
 local moved = 0
 for i = 1, #items, 2 do
   local member, score = items[i], items[i + 1]
@@ -49,7 +74,7 @@ for i = 1, #items, 2 do
     local gs = redis.call('HGET', mk, 'G' .. g)
     if gs and string.sub(gs, 1, 1) == 'P' then
       redis.call('HSET', mk, 'G' .. g, 'R' .. string.sub(gs, 2))
-      redis.call('ZADD', base .. 'rdy:' .. g, score, n)
+      zadd(base .. 'rdy:' .. g, score, n)
       local rt = '%RETRY%' .. g
       add('p|' .. rt, -1); add('f|' .. rt, 1); add('r|' .. g .. '|' .. rt, 1)
       moved = moved + 1
@@ -77,24 +102,29 @@ for i = 1, #items, 2 do
       if r[6] ~= '' then h[#h + 1] = 'p'; h[#h + 1] = r[6] end
       for _, g in ipairs(subs) do
         h[#h + 1] = 'G' .. g; h[#h + 1] = 'R0'
-        redis.call('ZADD', base .. 'rdy:' .. g, score, member)
+        zadd(base .. 'rdy:' .. g, score, member)
         add('r|' .. g .. '|' .. topic, 1)
       end
       redis.call('HSET', mk, unpack(h))
       redis.call('PEXPIRE', mk, retention)
       redis.call('SET', base .. 'b:' .. member, r[7], 'PX', retention)
+      fresh[mk] = {retention, topic, r[2], r[3], key, r[5], r[6], r[7]}
       if key ~= '' then
         local field = topic .. '\0' .. key
         redis.call('PEXPIRE', base .. 'k:' .. field, retention)
         trims[#trims + 1] = now + tonumber(retention)
         trims[#trims + 1] = field
       end
-      redis.call('ZADD', base .. 'log:' .. topic, score, member)
+      zadd(base .. 'log:' .. topic, score, member)
       add('p|' .. topic, -1); add('f|' .. topic, 1)
       touched[topic] = true
       moved = moved + 1
     end
   end
+end
+for _, key in ipairs(add_order) do
+  local l = adds[key]
+  for i = 1, #l, 2000 do redis.call('ZADD', key, unpack(l, i, math.min(i + 1999, #l))) end
 end
 for i = 1, #members, 1000 do
   redis.call('ZREM', due_key, unpack(members, i, math.min(i + 999, #members)))
@@ -110,7 +140,12 @@ end
 -- the key lex index keeps a fired key while its k: entry lives (retention): drop the
 -- ones whose entry expired; queue again those Redis has not expired yet (its clock is
 -- not the broker's); one pending again (re-sent) stays and leaves the queue
-local old = redis.call('ZRANGEBYSCORE', kt, '-inf', now, 'LIMIT', 0, limit)
+-- (on sweeps and in passes that fired keyed messages, which keeps pace with them; a
+-- reader skips the few stale members left meanwhile)
+local old = {}
+if scan == '1' or #trims > 0 then
+  old = redis.call('ZRANGEBYSCORE', kt, '-inf', now, 'LIMIT', 0, limit)
+end
 if #old > 0 then
   local drop, again = {}, {}
   for _, m in ipairs(old) do
@@ -152,18 +187,20 @@ for _, g in ipairs(groups) do
     if next_deadline < 0 or d < next_deadline then next_deadline = d end
   end
 end
-for f, d in pairs(cnt) do
-  if d ~= 0 then redis.call('HINCRBY', base .. 'stat', f, d) end
-end
+for f, d in pairs(cnt) do stat(base .. 'stat', f, d) end
 if moved > 0 then news[#news + 1] = shard end
-local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
+if not known then
+  local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
+  next_head = head[2] and tonumber(head[2]) or -1
+end
 local more = 0
 if #items / 2 >= limit then more = 1 end
-return {moved, head[2] and tonumber(head[2]) or -1, next_deadline, more}
+return {moved, next_head, next_deadline, more}
 end
 local results = {}
 for i = 6, #ARGV, 3 do results[#results + 1] = fire(ARGV[i], ARGV[i + 1], ARGV[i + 2]) end
 if #news > 0 and ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], ARGV[5] .. ':' .. table.concat(news, ','))
 end
+flush_stats() --@alone
 return cmsgpack.pack(results)

@@ -17,6 +17,8 @@ local function part(i)
   at = at + n
   return args, n > 0
 end
+-- the parts' shared state (fresh fires, counter changes): see part_state.lua
+--@state
 local ack_args, ack_on = part(1)
 local fire_args, fire_on = part(2)
 local claim_args, claim_on = part(3)
@@ -36,4 +38,5 @@ if claim_on then
 --@claim
   end)(claim_args)
 end
+flush_stats()
 return out

@@ -73,22 +73,42 @@ def _source(name: str) -> str:
     return resources.files("broker_adapter.redis").joinpath(f"{name}.lua").read_text()
 
 
-SOURCES: dict[str, str] = {name: _source(name) for name in NAMES}
 #: The parts of ``pull.lua``, in the order it runs them (:meth:`Scripts.fan_steps`).
 PULL_PARTS = ("ack_batch", "fire", "claim")
 
 
+#: The text put where a script says ``--@state`` (``fire``, ``claim``, ``ack_batch`` and
+#: ``pull``): the parts' shared state; in ``pull.lua`` once, for all of its parts.
+STATE = _source("part_state")
+#: Scripts with the ``--@state`` marker, which ``pull.lua`` runs as its parts.
+STATEFUL = ("ack_batch", "fire", "claim", "pull")
+
+
+def _with_state(name: str, text: str, state: str) -> str:
+    """``text`` with ``state`` where its one ``--@state`` line stands."""
+    if text.count("--@state\n") != 1:
+        raise RuntimeError(f"{name}.lua must have one --@state line")
+    return text.replace("--@state\n", state)
+
+
 def _pull_source() -> str:
-    """``pull.lua`` with its parts' text put in at their markers."""
-    text = _source("pull")
+    """``pull.lua`` with its parts' text put in at their markers: each part without its
+    own state (``pull.lua`` has it once) and without its lines marked ``--@alone``."""
+    text = _with_state("pull", _source("pull"), STATE)
     for name in PULL_PARTS:
         marker = f"--@{name}\n"
         if marker not in text:
             raise RuntimeError(f"pull.lua lacks the marker {marker!r}")
-        text = text.replace(marker, SOURCES[name] + "\n")
+        part = _with_state(name, _source(name), "")
+        part = "".join(ln for ln in part.splitlines(True) if not ln.rstrip().endswith("--@alone"))
+        text = text.replace(marker, part + "\n")
     return text
 
 
+SOURCES: dict[str, str] = {
+    name: _with_state(name, _source(name), STATE) if name in STATEFUL else _source(name)
+    for name in NAMES
+}
 SOURCES["pull"] = _pull_source()
 SHAS: dict[str, str] = {n: hashlib.sha1(s.encode()).hexdigest() for n, s in SOURCES.items()}
 
