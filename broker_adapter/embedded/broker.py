@@ -109,6 +109,7 @@ class EmbeddedBroker(EmbeddedSends, AdapterBase):
         self.path = core.store.path
         self.max_body_bytes = max_body_bytes
         self.max_delay_ms = max_delay_ms
+        self._clock_ms = clock.now_ms  # the single send's clock read (EmbeddedSends)
         self.retention_ms = retention_ms
         self._groups = GroupRegistry(core, self.check_open, fire_chunk=fire_chunk)
         self._queries = MessageQuery(core, self._groups)

@@ -85,6 +85,10 @@ def wheel_key(time_ms: int, seq: int) -> bytes:
     return _WHEEL.pack(time_ms, seq)
 
 
+#: :func:`wheel_key` without its Python call (the struct's own ``pack``), for hot paths.
+pack_wheel_key = _WHEEL.pack
+
+
 def wheel_time(key: bytes) -> int:
     """The due time (epoch ms) at the start of a wheel key."""
     return int.from_bytes(key[:8], "big")

@@ -18,7 +18,7 @@ batch that builds no object a message does not need.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from broker_adapter.embedded import keys as K
@@ -30,7 +30,7 @@ from broker_adapter.message import Message
 from broker_adapter.results import SendResult, SendStatus
 
 _OK, _DUP = SendStatus.OK, SendStatus.DUPLICATE
-_pack_wheel = K.wheel_key
+_pack_wheel = K.pack_wheel_key
 _pack_u64 = K.U64.pack
 _MAX_TIME_MS = K.MAX_TIME_MS
 _pack_head, _V = HEAD.pack, VERSION
@@ -48,6 +48,10 @@ class EmbeddedSends:
     _closed: bool
     #: The furthest ahead a message may be due (ms); set by the broker.
     max_delay_ms: int
+    #: The clock's ``now_ms`` (see :meth:`BrokerCore.clock_ms`); set by the broker.
+    _clock_ms: Callable[[], int]
+    # The tags of the last single send and their bytes (one tuple: read in one step).
+    _last_tags: tuple[str | None, bytes] = (None, b"")
 
     if TYPE_CHECKING:
 
@@ -75,7 +79,7 @@ class EmbeddedSends:
             # A delay counts from the clock, a due time never before broker time (after
             # the clock stepped back: see BrokerCore.after).
             delay = m.delay_ms
-            wall = core.clock_ms()
+            wall = self._clock_ms()  # core.clock_ms() without its call
             due = wall + delay if delay is not None else m.deliver_at(wall)
             if due <= now:
                 due = now
@@ -101,14 +105,19 @@ class EmbeddedSends:
                     )
                 batch.put(index, wkey + _pack_u64(asked), store.handle[K.CF_KEYS])
             tags = m.tags
-            tagsb = tags.encode() if tags else b""
+            last_tags = self._last_tags
+            if tags is last_tags[0]:  # sends mostly repeat one tag (the scheduler's job name)
+                tagsb = last_tags[1]
+            else:
+                tagsb = tags.encode() if tags else b""
+                self._last_tags = (tags, tagsb)
             if key is None and m.properties is None:  # records.encode, inlined
                 record = _pack_head(_V, 0, tid, 0, due, now, raw, 0, len(tagsb), 0)
                 record += tagsb + m.body
             else:
                 props = m.properties_bytes() if m.properties else b""
                 record = encode(tid, 0, due, now, raw, keyb, tagsb, props, m.body)
-            core.write_pending(batch, ((wkey, tid, record),))
+            core.write_one(batch, wkey, tid, record)
         core.wake_if_before(due)
         return _result(SendResult, (_OK, raw.hex(), due))
 

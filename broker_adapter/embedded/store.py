@@ -15,6 +15,7 @@ reopens it in place once there is room again; reads keep working meanwhile.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -23,6 +24,7 @@ import sys
 import time
 import traceback
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -240,9 +242,9 @@ class RocksStore:
         cmd = " ".join(sys.argv)[:200]
         (self.path / OWNER_FILE).write_text(f"{os.getpid()} on {socket.gethostname()}: {cmd}\n")
 
-    def batch(self) -> WriteBatch:
-        """A new raw-mode write batch."""
-        return WriteBatch(True)  # raw_mode by position: ~0.1 us less per send
+    #: ``batch()``: a new raw-mode write batch. The class's own C call, no Python frame
+    #: (a send makes one per call: ~0.1 us less than a method; issue 16).
+    batch: Callable[[], WriteBatch] = staticmethod(functools.partial(WriteBatch, True))
 
     def write(self, batch: WriteBatch, lazy: bool = False) -> None:
         """Apply ``batch`` atomically; ``lazy`` for writes a crash may repeat.

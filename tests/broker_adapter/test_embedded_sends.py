@@ -82,6 +82,27 @@ def test_single_sends_and_one_batch_store_the_same_records(
         )
 
 
+def test_single_sends_write_the_counters_a_batch_writes(
+    two_brokers: list[EmbeddedBroker],
+) -> None:
+    """A single send writes through BrokerCore.write_one, a batch through write_pending:
+    the same pending counters (in memory and in ``meta``) and topics. (Not the same
+    sequence mark: each reservation moves it a block past the numbers it took.)"""
+    one_by_one, batched = two_brokers
+    for m in MIXED:
+        one_by_one.send(m)
+    batched.send_batch(MIXED)
+    meta = [
+        [(k, v) for k, v in b.core.store.scan("meta", b"", b"\xff", 1000) if k[:1] in b"NT"]
+        for b in two_brokers
+    ]
+    assert meta[0] == meta[1]
+    assert [k[:1] for k, _ in meta[0]] == [b"N", b"N", b"T", b"T"]  # two topics' counters
+    assert one_by_one.stats().pending == batched.stats().pending == len(MIXED)
+    for tid in batched.core.topic_names:
+        assert one_by_one.core.pending_count(tid) == batched.core.pending_count(tid)
+
+
 def test_a_mixed_batch_is_received_as_sent(
     two_brokers: list[EmbeddedBroker], manual_clock: ManualClock
 ) -> None:
