@@ -69,6 +69,15 @@ _NOW: Positional = (None, None, None, None, None)
 # Receipts are named tuples: tuple.__new__ builds one without NamedTuple's Python-level
 # __new__ (a third of the cost, once per scheduled run).
 _new = tuple.__new__
+# Delay types whose equal values give the same timing (and no error, once checked).
+_PLAIN_DELAYS: frozenset[type] = frozenset({int, float, timedelta, type(None)})
+
+
+class _Unset:
+    """The type of no delay yet: schedule()'s cache matches nothing at first."""
+
+
+_NO_MESSAGE = Message("unset", b"")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +141,8 @@ class JobHandle(RunControl, Generic[P, R]):
         self._name = spec.name
         # The last timing schedule() used and a message of this job with it (see _message).
         self._last: tuple[Positional, Message] | None = None
+        # schedule()'s last plain delay: its type, value and a message of it.
+        self._plain: tuple[type, object, Message] = (_Unset, None, _NO_MESSAGE)
         self._tolerance = app.settings.past_tolerance_ms
         self._calls = _CallNames.of(spec.name)
         # Receipts of this class act on their run through this handle (receipt.run_now()).
@@ -204,7 +215,18 @@ class JobHandle(RunControl, Generic[P, R]):
         :raises InvalidMessage: for a key that is not a str of 1 to 512 characters.
         :raises InvalidDelay: when the due time is past the broker's max delay.
         """
-        message = self._message(args, kwargs, delay, at, delay_level, key)
+        # The hot path (issue 16): a repeated plain delay (the same int, float,
+        # timedelta or None as the last call's) reuses its checked message without
+        # working out the timing again; anything else goes through _message.
+        plain = self._plain
+        if at is None and delay_level is None and type(delay) is plain[0] and delay == plain[1]:
+            if key is not None:
+                _check_key(key)
+            message = plain[2].with_body(self._encode(args, kwargs), key)
+        else:
+            message = self._message(args, kwargs, delay, at, delay_level, key)
+            if at is None and delay_level is None and type(delay) in _PLAIN_DELAYS:
+                self._plain = (type(delay), delay, message)
         status, msg_id, due = self.app.client_broker(self._calls.schedule).send(message)
         return _new(self._receipt, (msg_id, due, key, status))  # no NamedTuple.__new__
 

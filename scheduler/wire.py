@@ -71,10 +71,20 @@ def make_encoder(name: str) -> Callable[[tuple[Any, ...] | list[Any], Mapping[st
     """
     head = '{"v":1,"job":' + _ENCODER.encode(name) + ',"args":'
     scalars, dumps = _SCALARS, _dumps
+    ends = '],"kwargs":{}}'
 
     def encode(args: tuple[Any, ...] | list[Any], kwargs: Mapping[str, Any]) -> bytes:
         kind = type(args)
         if (kind is tuple or kind is list) and type(kwargs) is dict:
+            if not kwargs:
+                for a in args:
+                    if type(a) is not int:
+                        break
+                else:  # only ints (ids, the common case): an int's repr is its JSON
+                    try:
+                        return (head + "[" + ",".join(map(repr, args)) + ends).encode()
+                    except ValueError:  # past the int digits limit: let JobCall explain
+                        return JobCall(name, tuple(args), kwargs).encode()
             for a in args:
                 if type(a) not in scalars:
                     break

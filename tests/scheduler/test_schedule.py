@@ -159,6 +159,8 @@ def test_message_format(app: Scheduler, manual_clock: ManualClock, consumer: Con
         (("ünïcode ✓", 'quote"\\'), {"k": 1e300}),
         (([1, [2, {"a": None}]], {"n": {"m": []}}), {"x": (1, 2)}),
         ((2**70,), {"big": -(2**64)}),
+        ((0, -1, 2**70), {}),  # ints only: their repr is their JSON
+        ([7, 8], {}),
     ],
 )
 def test_fast_encoder_matches_jobcall(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -227,6 +229,73 @@ def test_bad_input_raises_and_sends_nothing(
     with pytest.raises(error, match=match):
         call(close_order, now)
     assert nothing_sent(app)
+
+
+def test_fast_encoder_refuses_an_int_past_the_digits_limit_as_jobcall_does() -> None:
+    with pytest.raises(UnserializableArgument) as fast:
+        make_encoder("m.f")((10**5000,), {})
+    with pytest.raises(UnserializableArgument) as checked:
+        JobCall("m.f", (10**5000,), {}).encode()
+    assert str(fast.value) == str(checked.value)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda h: h.schedule(1, delay=5, key=""), InvalidMessage, "key"),
+        (lambda h: h.schedule(1, delay=5, key=5), InvalidMessage, "key"),
+        (lambda h: h.schedule(1, delay=5, key="cron:x"), InvalidSchedule, "reserved"),
+        (lambda h: h.schedule(object(), delay=5), UnserializableArgument, "plain JSON"),
+        (lambda h: h.schedule(10**5000, delay=5), UnserializableArgument, "args"),
+        (lambda h: h.schedule(1, delay=5.0, at=NAIVE), InvalidSchedule, "at most one"),
+        (lambda h: h.schedule(1, delay=5, delay_level=0), InvalidSchedule, "at most one"),
+        (lambda h: h.schedule(1, delay=timedelta(days=365 * 20)), InvalidDelay, "max delay"),
+    ],
+)
+def test_a_repeated_delay_still_checks_everything(
+    app: Scheduler,
+    close_order: JobHandle[[int], str],
+    call: Callable[[JobHandle[Any, Any]], object],
+    error: type[Exception],
+    match: str,
+) -> None:
+    """schedule() reuses the message of a repeated plain delay (its hot path): bad
+    input alongside it raises as before and sends nothing."""
+    first = close_order.schedule(1, delay=5)
+    with pytest.raises(error, match=match):
+        call(close_order)
+    assert [v.msg_id for v in app.pending()] == [first.msg_id]
+    assert app.broker.stats().pending == 1
+
+
+def test_a_repeated_delay_of_another_type_or_value_gets_its_own_timing(
+    close_order: JobHandle[[int], str], manual_clock: ManualClock, consumer: Consumer
+) -> None:
+    now = manual_clock.now_ms()
+    at = datetime.fromtimestamp((now + 9 * S) / 1000, UTC)
+    calls: list[tuple[dict[str, Any], int]] = [
+        ({"delay": 5}, 5 * S),
+        ({"delay": 5}, 5 * S),
+        ({"delay": 5.0}, 5 * S),
+        ({"delay": 5.0004}, 5 * S),
+        ({"delay": 5.6}, 5600),
+        ({"delay": timedelta(seconds=5)}, 5 * S),
+        ({"delay": timedelta(seconds=6)}, 6 * S),
+        ({"at": at}, 9 * S),
+        ({"delay": 6, "key": "order:7"}, 6 * S),
+        ({"delay": 6}, 6 * S),
+        ({}, 0),
+        ({"delay": None}, 0),
+        ({"delay": 0}, 0),
+    ]
+    jobs = [close_order.schedule(i, **timing) for i, (timing, _) in enumerate(calls)]
+    assert [j.deliver_at_ms - now for j in jobs] == [ms for _, ms in calls]
+    manual_clock.advance(10 * S)
+    got = {m.msg_id: m for m in pull_until(consumer, len(calls))}
+    for i, job in enumerate(jobs):
+        m = got[job.msg_id]
+        assert m.body == JobCall("shop.close_order", (i,), {}).encode()
+        assert (m.key, m.tags, m.deliver_at_ms) == (job.key, "shop.close_order", job.deliver_at_ms)
 
 
 # -- schedule_many --------------------------------------------------------------------
