@@ -31,6 +31,12 @@ rounds (and the min-max of jobs/s). Nothing is due during a run, so no firing
 competes with the sends; the burst and fire-lateness figures are
 ``bench/timer_load.py --burst`` and ``--rate 10000``.
 
+``--parts`` prints where one ``schedule()`` goes instead: the calling thread's CPU
+per call (``time.thread_time_ns`` over ``-n`` calls, median of the rounds) of the
+whole call and of its stages alone: the argument encoder, ``Message.with_body``, the
+app's broker's ``send`` of a ready message, and RocksDB's write of the same shape
+(a new ``WriteBatch``, the wheel entry and the topic's counters, ``Rdict.write``).
+
 Print ``uptime`` before and after: figures on a loaded machine are lower.
 """
 
@@ -174,6 +180,76 @@ def profile_figure(kind: str, args: argparse.Namespace) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def run_parts(args: argparse.Namespace) -> list[tuple[str, float]]:
+    """CPU us per call of ``schedule()`` and of its stages alone (see ``--parts``)."""
+    from rocksdict import WriteBatch
+
+    from broker_adapter.embedded import EmbeddedBroker
+    from scheduler.wire import make_encoder
+
+    tmp = tempfile.mkdtemp(prefix="chronoq-rate-")
+    app = open_app(tmp, argparse.Namespace(**{**vars(args), "url_params": "share=0"}))
+    try:
+        broker = app.broker
+        assert isinstance(broker, EmbeddedBroker)  # share=0: the broker itself
+        store, noop = broker.core.store, app.handle("bench.noop")
+        encode = make_encoder("bench.noop")
+        template = Message(noop.topic, b"", None, "bench.noop", delay_ms=DELAY_S * 1000)
+        message = template.with_body(encode((1,), {}))
+        wheel, meta = store.handle["wheel"], store.handle["meta"]
+        seq = [1 << 62]
+
+        def schedule(n: int) -> None:
+            sched = noop.schedule
+            for i in range(n):
+                sched(i, delay=DELAY_S)
+
+        def encoder(n: int) -> None:
+            for i in range(n):
+                encode((i,), {})
+
+        def with_body(n: int) -> None:
+            copy, body = template.with_body, message.body
+            for _ in range(n):
+                copy(body, None)
+
+        def send(n: int) -> None:
+            snd = broker.send
+            for _ in range(n):
+                snd(message)
+
+        def rocksdb_write(n: int) -> None:
+            db, opt, first = store.db, store.write_opt, seq[0]
+            record, counters = message.body + b"h" * 40, b"c" * 16
+            for s in range(first, first + n):
+                batch = WriteBatch(True)
+                batch.put(s.to_bytes(16, "big"), record, wheel)
+                batch.put(b"N\xff\xff", counters, meta)
+                db.write(batch, opt)
+            seq[0] += n
+
+        stages: dict[str, Callable[[int], None]] = {
+            "schedule() whole": schedule,
+            "  encoder": encoder,
+            "  Message.with_body": with_body,
+            "  broker.send": send,
+            "    RocksDB write": rocksdb_write,
+        }
+        per_call: dict[str, list[float]] = {name: [] for name in stages}
+        for fn in stages.values():
+            fn(2000)  # warm-up
+        for _ in range(args.rounds):
+            for name, fn in stages.items():
+                gc.collect()
+                t0 = time.thread_time_ns()
+                fn(args.n)
+                per_call[name].append((time.thread_time_ns() - t0) / args.n / 1000)
+        return [(name, statistics.median(v)) for name, v in per_call.items()]
+    finally:
+        app.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("-n", type=int, default=50_000, help="schedule()/send calls per round")
@@ -184,6 +260,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", help=f"comma-separated figures among {', '.join(FIGURES)}")
     p.add_argument("--url-params", default="", help="URL query, e.g. share=0 or durability=fast")
     p.add_argument("--profile", choices=FIGURES, help="cProfile one round of this figure")
+    p.add_argument("--parts", action="store_true", help="CPU per call of schedule()'s stages")
     return p.parse_args(argv)
 
 
@@ -191,6 +268,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.profile:
         profile_figure(args.profile, args)
+        return 0
+    if args.parts:
+        print(f"load before: {load_average()}", flush=True)
+        parts = run_parts(args)
+        print(f"load after:  {load_average()}")
+        print(f"{'stage (alone)':<22} {'caller CPU us/call':>18}")
+        for name, us in parts:
+            print(f"{name:<22} {us:>18.2f}")
         return 0
     kinds = args.only.split(",") if args.only else list(FIGURES)
     unknown = [k for k in kinds if k not in FIGURES]
