@@ -2,10 +2,14 @@
 
 Every pending message is one key ``time seq`` in the ``wheel`` column family, so
 a message due in three years costs one key on disk and no RAM. The next
-``window_ms`` of due entries (at most ``max_entries``) is loaded ahead into a
-heap, so firing never waits on a disk read. The *watermark* is a wheel key:
-every entry below it is in the heap (or fired, or aborted); nothing at or above
-it is. New entries below the watermark go into the heap as well as to disk.
+``window_ms`` of due entries (at most ``max_entries``) is loaded ahead into
+memory, so firing never waits on a disk read. The *watermark* is a wheel key:
+every entry below it is in memory (or fired, or aborted); nothing at or above
+it is. What a refill loads comes in key order and above all that is held, so it
+is appended to a sorted *run*, and firing takes a slice of it (a heap of 200k
+entries cost ~1.3 us per pop, issue 16). New entries below the watermark (due
+within the window when sent) go into a small heap as well as to disk; firing
+merges the two.
 
 Loading is a bounded sequential scan from the watermark (never from the start of
 the family, where fired keys leave tombstones), a chunk at a time, and only once
@@ -22,15 +26,17 @@ Four operations: :meth:`schedule`, :meth:`cancel`, :meth:`pop_due`,
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 
 from broker_adapter.embedded.keys import CF_WHEEL, wheel_key, wheel_time
-from broker_adapter.embedded.records import record_tid
 from broker_adapter.embedded.store import RocksStore
 
 #: (wheel key, topic id, record)
 Entry = tuple[bytes, int, bytes]
 
 _END = b"\xff" * 17
+# Fired entries at the run's head are deleted once this many and half the run.
+_COMPACT_MIN = 4096
 
 
 class TimingWheel:
@@ -56,6 +62,9 @@ class TimingWheel:
         if not 0 < step_ms < window_ms:
             raise ValueError("need 0 < step_ms < window_ms")
         self._store = store
+        # Below the watermark: the run (sorted, live from _head on) and the heap.
+        self._run: list[Entry] = []
+        self._head = 0
         self._heap: list[Entry] = []
         self._cancelled: set[bytes] = set()
         self.watermark = start
@@ -69,11 +78,11 @@ class TimingWheel:
 
     def __len__(self) -> int:
         """Entries held in memory (cancelled ones not yet popped included)."""
-        return len(self._heap)
+        return len(self._run) - self._head + len(self._heap)
 
     def held_keys(self) -> list[bytes]:
         """The wheel keys held in memory (cancelled ones not yet popped included), unordered."""
-        return [entry[0] for entry in self._heap]
+        return [entry[0] for entry in self._run[self._head :]] + [e[0] for e in self._heap]
 
     def schedule(self, key: bytes, tid: int, record: bytes) -> None:
         """Note an entry the caller has just written to the ``wheel`` family."""
@@ -93,40 +102,76 @@ class TimingWheel:
         """Remove and return up to ``limit`` entries due at ``now_ms`` or before, in order.
 
         Loads from disk first when the near window runs short. Order is safe:
-        the heap holds exactly the entries below the watermark, disk the rest.
+        memory holds exactly the entries below the watermark, disk the rest.
         """
-        heap = self._heap
+        run, heap = self._run, self._heap
         bound = wheel_key(now_ms + 1, 0)
-        if not heap and self._next_disk_ms is not None and self._next_disk_ms <= now_ms:
+        if (
+            self._head == len(run)
+            and not heap
+            and self._next_disk_ms is not None
+            and self._next_disk_ms <= now_ms
+        ):
             # A backlog (burst, restart): fire straight from the sequential scan.
             rows = self._store.scan(CF_WHEEL, self.watermark, bound, limit)
             if rows:
                 self.watermark = rows[-1][0] + b"\x00"
                 self._next_disk_ms = wheel_time(self.watermark)
-                return [(key, record_tid(record), record) for key, record in rows]
+                return [(key, (record[2] << 8) | record[3], record) for key, record in rows]
         self.refill(now_ms)
         cancelled = self._cancelled
         out: list[Entry] = []
+        probe = (bound,)  # sorts before an entry whose key is bound or more
         while len(out) < limit:
-            if not heap and not self.refill(now_ms, force=True):
+            head = self._head
+            if head == len(run) and not heap and not self.refill(now_ms, force=True):
                 break
-            if heap[0][0] >= bound:
+            stop = bisect_left(run, probe, head, min(len(run), head + limit - len(out)))
+            if heap and heap[0][0] < bound:
+                first = heap[0][0]
+                if stop == head or first < run[head][0]:
+                    entry = heapq.heappop(heap)
+                    if cancelled and entry[0] in cancelled:
+                        cancelled.discard(entry[0])
+                    else:
+                        out.append(entry)
+                    continue
+                stop = bisect_left(run, (first,), head, stop)  # the run's part before it
+            if stop == head:
                 break
-            entry = heapq.heappop(heap)
-            if cancelled and entry[0] in cancelled:
-                cancelled.discard(entry[0])
-                continue
-            out.append(entry)
+            taken = run[head:stop]
+            self._head = stop
+            if cancelled:
+                kept = []
+                for entry in taken:
+                    if entry[0] in cancelled:
+                        cancelled.discard(entry[0])
+                    else:
+                        kept.append(entry)
+                taken = kept
+            out += taken
+        head = self._head
+        if head >= _COMPACT_MIN and 2 * head >= len(run):
+            del run[:head]
+            self._head = 0
         return out
 
     def next_due_ms(self) -> int | None:
         """When the wheel next needs attention: the earliest entry's due time, or
         the time the loader must run; ``None`` when nothing is pending at all."""
-        heap = self._heap
-        while heap and heap[0][0] in self._cancelled:
-            self._cancelled.discard(heapq.heappop(heap)[0])
-        due = wheel_time(heap[0][0]) if heap else None
-        if self._next_disk_ms is None or len(heap) >= self.max_entries:
+        run, heap, cancelled = self._run, self._heap, self._cancelled
+        while heap and heap[0][0] in cancelled:
+            cancelled.discard(heapq.heappop(heap)[0])
+        head = self._head
+        while head < len(run) and run[head][0] in cancelled:
+            cancelled.discard(run[head][0])
+            head += 1
+        self._head = head
+        first = run[head][0] if head < len(run) else None
+        if heap and (first is None or heap[0][0] < first):
+            first = heap[0][0]
+        due = wheel_time(first) if first is not None else None
+        if self._next_disk_ms is None or len(self) >= self.max_entries:
             return due
         load_at = max(
             self._next_disk_ms - self.window_ms,
@@ -141,18 +186,17 @@ class TimingWheel:
         """
         horizon = now_ms + self.window_ms
         nd = self._next_disk_ms
-        if nd is None or nd >= horizon or len(self._heap) >= self.max_entries:
+        if nd is None or nd >= horizon or len(self) >= self.max_entries:
             return 0
         if not force and wheel_time(self.watermark) >= horizon - self.step_ms:
             return 0
         upper = wheel_key(horizon, 0)
         if self.watermark >= upper:
             return 0
-        room = min(self.chunk, self.max_entries - len(self._heap))
+        room = min(self.chunk, self.max_entries - len(self))
         rows = self._store.scan(CF_WHEEL, self.watermark, upper, room)
-        heap = self._heap
-        for key, record in rows:
-            heapq.heappush(heap, (key, record_tid(record), record))
+        # In key order, above everything held: the run stays sorted (tid: record_tid).
+        self._run += [(key, (record[2] << 8) | record[3], record) for key, record in rows]
         if len(rows) < room:
             self.watermark = upper
             beyond = self._store.scan(CF_WHEEL, upper, _END, 1)

@@ -5,11 +5,19 @@ from __future__ import annotations
 import shutil
 import tempfile
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from broker_adapter.embedded import keys as K
+from broker_adapter.embedded import timing_wheel
 from broker_adapter.embedded.records import Record, encode
 from broker_adapter.embedded.store import RocksStore
 from broker_adapter.embedded.timing_wheel import TimingWheel
@@ -154,3 +162,14 @@ def test_refill_in_chunks_loses_nothing(tmp_path: object) -> None:
         assert fired == sorted(keys)
     finally:
         store.close()
+
+
+def test_wheel_against_sorted_list_dropping_fired_entries_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same model check with the run's fired head deleted after every pop."""
+    monkeypatch.setattr(timing_wheel, "_COMPACT_MIN", 1)
+    run_state_machine_as_test(
+        WheelAgainstSortedList,
+        settings=settings(max_examples=40, stateful_step_count=40, deadline=None),
+    )
