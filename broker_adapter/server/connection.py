@@ -311,11 +311,11 @@ class Connection:
         """Answer a pull at once if it has messages or may not wait, or after a short
         wait here for a due time (:meth:`Handlers.inline_wait_ms`); else park it on the
         pull pool (it answers itself) and return ``None``."""
-        max_wait = handlers.pull_args(req.args)[1]
+        max_messages, max_wait = handlers.pull_args(req.args)
         inline = handlers.inline_wait_ms(max_wait)
         if inline:
             self.server.metrics.request("pull")
-            outcome = self._pull_for(handlers, req.args, inline)
+            outcome = self._pull_for(handlers, req.args, inline, max_messages)
             max_wait -= inline
         else:
             outcome = self.execute(handlers, "pull", req.args)
@@ -325,7 +325,7 @@ class Connection:
             return _frame(req.rid, outcome)
 
         def park() -> None:
-            result = self._pull_for(handlers, req.args, max_wait)
+            result = self._pull_for(handlers, req.args, max_wait, max_messages)
             self.write(_frame(req.rid, result))
             if self._stages is not None and result[0]:
                 self._stages.written([row[0] for row in result[1]])
@@ -334,10 +334,13 @@ class Connection:
             return None
         return _frame(req.rid, (False, BrokerClosed("the broker server is stopping")))
 
-    def _pull_for(self, handlers: Handlers, args: dict[str, Any], wait_ms: int) -> tuple[bool, Any]:
-        """A pull waiting up to ``wait_ms``: ``(True, rows)`` or ``(False, error)``."""
+    def _pull_for(
+        self, handlers: Handlers, args: dict[str, Any], wait_ms: int, max_messages: int
+    ) -> tuple[bool, Any]:
+        """A pull of up to ``max_messages`` (checked) waiting up to ``wait_ms``:
+        ``(True, rows)`` or ``(False, error)``."""
         try:
-            return True, handlers.pull(self, args, wait_ms)
+            return True, handlers.pull(self, args, wait_ms, max_messages)
         except P.ProtocolError:
             raise
         except ChronoqError as e:

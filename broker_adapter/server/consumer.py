@@ -115,15 +115,17 @@ class RemoteConsumer(Consumer):
     def _call(
         self, ep: Endpoint, op: str, args: dict[str, Any], timeout_s: float, timed: bool = False
     ) -> Any:
-        """``op`` on this consumer's member at ``ep`` (``timed``: :meth:`Link.call_timed`).
+        """``op`` on this consumer's member at ``ep`` (``timed``: :meth:`Link.call_timed`);
+        ``args`` (a dict of the caller's own) gets the member's ``cid``.
 
         :raises ConnectionFailed: when the link broke or the server lost the member.
         """
         link, cid = self._member(ep)
+        args["cid"] = cid
         try:
             if timed:
-                return link.call_timed(op, {**args, "cid": cid}, timeout_s)
-            return link.call(op, {**args, "cid": cid}, timeout_s)
+                return link.call_timed(op, args, timeout_s)
+            return link.call(op, args, timeout_s)
         except BrokerClosed as e:  # the server closed (or forgot) our member
             self._check()
             with self._lock:
@@ -248,8 +250,7 @@ class RemoteConsumer(Consumer):
         until = self._held.pop(receipt, None)
         if until is None or time.monotonic() >= until:
             return False
-        with self._lock:
-            member = self._members.get(receipt[0])
+        member = self._members.get(receipt[0])  # one dict read: atomic, no lock needed
         if member is None or not member[0].alive:
             return False
         member[0].ack_later(member[1], receipt[1:])

@@ -279,10 +279,14 @@ class Handlers:
         """A pull that does not wait (the connection parks waiting pulls elsewhere)."""
         return self.pull(conn, args, 0)
 
-    def pull(self, conn: Connection, args: dict[str, Any], wait_ms: int) -> Any:
-        """Pull for up to ``wait_ms``; the messages in wire form."""
+    def pull(
+        self, conn: Connection, args: dict[str, Any], wait_ms: int, max_messages: int = 0
+    ) -> Any:
+        """Pull for up to ``wait_ms``; the messages in wire form. ``max_messages``: the
+        pull's ``max`` if already checked (:meth:`pull_args`), else 0."""
         consumer = self._consumer(conn, args)
-        max_messages = self.pull_args(args)[0]
+        if not max_messages:
+            max_messages = self.pull_args(args)[0]
         got = consumer.pull(max_messages, wait_ms)
         if got and conn.closed:
             # The client vanished while this pull waited (e.g. kill -9): give back what
@@ -290,8 +294,11 @@ class Handlers:
             for m in got:
                 consumer.release(m)
             return []
-        if got:
-            self.server.metrics.pulled(got, time.time() * 1000)
+        if not got:
+            return got
+        metrics = self.server.metrics
+        if metrics.on:
+            metrics.pulled(got, time.time() * 1000)
         encode = V.encode_received
         return [encode(m) for m in got]
 

@@ -12,10 +12,13 @@ timed out). When the socket breaks, every waiting request fails with
 :class:`ConnectionFailed` and the link is dead.
 
 Acks a consumer answered itself (:meth:`Link.ack_later`) are written without
-anyone waiting for them, one ``ack_batch`` per consumer: at once on a quiet link;
+anyone waiting for them, one ``ack_batch`` per consumer: at once on a quiet link
+(no call under way or ended within :data:`ACK_WRITE_DELAY_S`);
 while a call (a dispatcher's long poll) or an ack batch is under way, with the
 next request (a dispatcher's next pull carries them: no write of their own) or
-by the background reader within :data:`ACK_WRITE_DELAY_S`. Either way the server
+by the background reader within :data:`ACK_WRITE_DELAY_S` (while acks flow, it looks
+at the queue every :data:`ACK_WRITE_DELAY_S` rather than being woken for each batch:
+a thread wake-up less per pull). Either way the server
 applies them before whatever this process asks next. The link's reader reads
 their answers. If the link breaks first they are lost, and the server delivers
 those messages again after their invisible time (at least once, as ever).
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import socket
 import struct
 import threading
@@ -57,6 +61,9 @@ ACK_READ_DELAY_S = 0.05
 #: Longest an ack of :meth:`Link.ack_later` waits for a request to carry it before
 #: the background reader writes it.
 ACK_WRITE_DELAY_S = 0.005
+#: While acks were queued this recently (s), the background reader looks at the queue
+#: every :data:`ACK_WRITE_DELAY_S` instead of being woken for each batch.
+ACK_BUSY_S = 0.1
 #: Bound on answers to requests other than sync sends (their own timeout) and long polls
 #: (their wait plus this).
 REQUEST_TIMEOUT_S = 30.0
@@ -104,6 +111,9 @@ class Link:
         self._acks: dict[int, list[bytes]] = {}  # consumer id -> receipts not yet written
         self._ack_batches = 0  # ack_batch requests written and not answered yet
         self._acks_due = 0.0  # monotonic time by which queued acks are written
+        self._acks_last = -math.inf  # monotonic time acks were last queued with a wait
+        self._wake_at = 0.0  # when the background reader's wait ends (0: not waiting)
+        self._call_ended = -math.inf  # monotonic time the last call() ended
         self._callers = 0  # threads in call(): each reads until its answer comes
         self._role_waiters = 0  # of them, those waiting while another thread reads
         try:
@@ -162,9 +172,13 @@ class Link:
                     if ack_wait is not None and ack_wait <= 0:
                         write_acks = True
                         break
+                    if ack_wait is None and now - self._acks_last < ACK_BUSY_S:
+                        # Acks flow: look again within ACK_WRITE_DELAY_S, so ack_later
+                        # need not wake this thread for each batch (issue 16).
+                        ack_wait = ACK_WRITE_DELAY_S
                     if self._reading or not self._pending:
                         since = 0.0
-                        self._reader_wanted.wait(ack_wait)
+                        self._wait(ack_wait, now)
                         continue
                     if self._unattended():
                         break
@@ -172,7 +186,7 @@ class Link:
                     if now - since >= ACK_READ_DELAY_S:
                         break
                     linger = since + ACK_READ_DELAY_S - now
-                    self._reader_wanted.wait(linger if ack_wait is None else min(linger, ack_wait))
+                    self._wait(linger if ack_wait is None else min(linger, ack_wait), now)
                 if not self._alive:
                     return
                 if not write_acks:
@@ -184,6 +198,14 @@ class Link:
                 self._read_once(None)
             finally:
                 self._release_role()
+
+    def _wait(self, timeout: float | None, now: float) -> None:
+        """The background reader waits (lock held), noting until when."""
+        self._wake_at = math.inf if timeout is None else now + timeout
+        try:
+            self._reader_wanted.wait(timeout)
+        finally:
+            self._wake_at = 0.0
 
     def _take_role(self) -> bool:
         """Become the reader if nobody is."""
@@ -295,18 +317,34 @@ class Link:
         return rid
 
     def ack_later(self, cid: int, receipt: bytes) -> None:
-        """Ack ``receipt`` of consumer ``cid`` without waiting: written at once when no
-        call and no ack batch is under way on this link, else before the next request,
-        or by the background reader :data:`ACK_WRITE_DELAY_S` after the first ack queued."""
+        """Ack ``receipt`` of consumer ``cid`` without waiting: written at once on a quiet
+        link (no call and no ack batch under way, and no call ended within
+        :data:`ACK_WRITE_DELAY_S`), else before the next request, or by the background
+        reader :data:`ACK_WRITE_DELAY_S` after the first ack queued."""
+        t = time.monotonic()
         with self._lock:
             if not self._alive:
                 return  # lost with the link: delivered again after its invisible time
             first = not self._acks
-            self._acks.setdefault(cid, []).append(receipt)
-            now = not self._callers and not self._ack_batches
+            acks = self._acks.get(cid)
+            if acks is None:
+                self._acks[cid] = [receipt]
+            else:
+                acks.append(receipt)
+            # A call that just ended (a dispatcher's pull) is likely followed by another
+            # soon, which carries the acks: no frame and no answer of their own (issue 16).
+            now = (
+                not self._callers
+                and not self._ack_batches
+                and t - self._call_ended >= ACK_WRITE_DELAY_S
+            )
             if first and not now:
-                self._acks_due = time.monotonic() + ACK_WRITE_DELAY_S
-                self._reader_wanted.notify()  # it times the write
+                self._acks_last = t
+                self._acks_due = t + ACK_WRITE_DELAY_S
+                if self._wake_at > self._acks_due:
+                    # It times the write; not when it looks again by then anyway (or
+                    # is running: it looks at the queue before it waits again).
+                    self._reader_wanted.notify()
         if now:
             self._write_acks(wake=True)
 
@@ -381,6 +419,7 @@ class Link:
         finally:
             with self._lock:
                 self._callers -= 1
+                self._call_ended = time.monotonic()
                 if not self._reading and self._unattended():
                     self._reader_wanted.notify()
 

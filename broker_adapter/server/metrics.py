@@ -163,6 +163,11 @@ class ServerMetrics:
         if self._on:
             self._slots.labels("taken" if taken else "refused").inc()
 
+    @property
+    def on(self) -> bool:
+        """Whether metrics are served (else every count is a no-op)."""
+        return self._on
+
     def pulled(self, messages: Sequence[ReceivedMessage], now_ms: float) -> None:
         """Count pulled messages and observe the lateness of first deliveries."""
         if not self._on:

@@ -122,3 +122,28 @@ def test_the_stage_log_maps_each_message_to_its_answer() -> None:
     assert sorted(written) == ["a", "b", "c"]
     assert written["a"] == written["b"] <= written["c"]
     assert log.read_times() == {"a": (1.5, True), "b": (2.5, False), "c": (2.5, False)}
+
+
+def test_acks_during_a_long_poll_reach_the_server_without_it(server: ServerProcess) -> None:
+    # Given a consumer holding 30 messages, and a long poll of the same process (same
+    # link) that nothing answers for a minute
+    with RemoteBroker.from_url(server.url) as broker, RemoteBroker.from_url(server.url) as watcher:
+        c = broker.consumer("g", ["t"])
+        idle = broker.consumer("idle", ["quiet"])
+        broker.send_batch([Message("t", b"%d" % i) for i in range(30)])
+        got = pull_until(c, 30)
+        polled: list[object] = []
+        poll = threading.Thread(target=lambda: polled.extend(idle.pull(1, 60_000)), daemon=True)
+        poll.start()
+        eventually(lambda: _group(watcher, "idle") == (0, 0), what="the long poll is open")
+        # When they are acked in bursts (the link's background reader writes them: no
+        # request of this process carries them)
+        for burst in (got[:10], got[10:11], got[11:]):
+            assert [c.ack(m) for m in burst] == [True] * len(burst)
+            threading.Event().wait(0.02)
+        # Then every ack reaches the server while the long poll still waits
+        eventually(lambda: _group(watcher, "g") == (0, 30), what="the acks reached the server")
+        assert poll.is_alive() and polled == []
+        broker.send(Message("quiet", b"end"))
+        poll.join(30)
+        assert len(polled) == 1
