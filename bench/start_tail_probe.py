@@ -252,7 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = breakdown_parser(__doc__)
     p.add_argument("--band", type=float, nargs=2, default=(98.5, 99.5), metavar=("LO", "HI"))
     p.add_argument(
-        "--slice-us", type=int, default=DEFAULT_SLICE_US, help="the dispatcher's; 0: leave it"
+        "--slice-us",
+        type=int,
+        default=0,
+        help=f"the dispatcher's (e.g. {DEFAULT_SLICE_US}); 0: leave it",
     )
     p.add_argument("--pool-slice-us", type=int, default=0, help="the pool threads'; 0: leave it")
     args = p.parse_args(argv)

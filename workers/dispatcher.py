@@ -60,7 +60,7 @@ from workers.limits import job_limits
 from workers.pull_loop import PullLoop
 from workers.routing import skip_reason, topics_for
 from workers.runs import App
-from workers.thread_slice import DEFAULT_SLICE_US, shorten
+from workers.thread_slice import shorten
 
 if TYPE_CHECKING:
     from workers.trace import DeliveryTrace
@@ -96,10 +96,11 @@ class Dispatcher:
         their outcome should come within the invisible time.
     :param hooks: more :class:`~workers.hooks.DispatchHook`\\ s, called after the
         built-in ones, in this order.
-    :param wake_slice_us: the CPU slice (us) :meth:`run_forever`'s thread asks of
-        Linux while it runs, so that it preempts a busy core's current task when
-        a due time wakes it instead of queuing behind it for up to 1.4 ms
-        (:mod:`workers.thread_slice`); ``None`` leaves the thread as it is.
+    :param wake_slice_us: a CPU slice (us) for :meth:`run_forever`'s thread to ask of
+        Linux while it runs (:mod:`workers.thread_slice`), so that a due-time wake
+        preempts a busy core's task; ``None`` (the default) leaves the thread as
+        it is: on this project's 2-core VM it did not lower the tail and cost ~8 %
+        more CPU per job (``bench/vs_apscheduler.py --wake-slice-us``).
     """
 
     def __init__(
@@ -115,7 +116,7 @@ class Dispatcher:
         trace: DeliveryTrace | None = None,
         max_awaiting: int = DEFAULT_MAX_AWAITING,
         hooks: Iterable[DispatchHook] = (),
-        wake_slice_us: int | None = DEFAULT_SLICE_US,
+        wake_slice_us: int | None = None,
     ) -> None:
         settings = app.settings
         self.app = app

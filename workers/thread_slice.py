@@ -4,11 +4,16 @@ A thread that sleeps until a job's due time must run the moment its timer
 fires. When both cores of a small VM are busy, Linux's EEVDF scheduler lets the
 running task finish its slice first (1.4 ms here: 0.7 ms times 1 + log2 of the
 CPU count), so such a wake-up waited up to that long in the run queue:
-``bench/start_tail_probe.py`` found the dispatcher's late wake-ups around the
-job-start P99 to be ~0.8 ms of run-queue delay. A thread with a shorter slice
-gets an earlier deadline and preempts a task with a longer one when it wakes
-(Linux >= 6.12: ``sched_setattr`` with ``sched_runtime`` for ``SCHED_OTHER``;
-no privilege needed, the thread's CPU share stays what its nice value gives).
+``bench/start_tail_probe.py`` found ~0.8 ms of run-queue delay in the
+dispatcher's late wake-ups while other benches ran. A thread with a shorter
+slice gets an earlier deadline and preempts a task with a longer one when it
+wakes (Linux >= 6.12: ``sched_setattr`` with ``sched_runtime`` for
+``SCHED_OTHER``; no privilege needed, the thread's CPU share stays what its nice
+value gives). Measured here it did not pay: on a quiet VM the P99's wake-ups had
+no run-queue delay (the wheel's refill was the cause), and in paired runs at
+N=20k a 100 us slice cost ~8 % more CPU per job and a slightly later P50 and
+P99, so :class:`~workers.dispatcher.Dispatcher` asks for it only when told
+(``wake_slice_us``).
 
 :func:`shorten` sets it for the calling thread and returns an undo; anywhere it
 cannot (another OS or CPU, an older kernel, a real-time or batch policy, a
@@ -23,7 +28,7 @@ import struct
 import sys
 from collections.abc import Callable
 
-#: The slice a dispatcher's pull thread asks for, us (the kernel's minimum is 100).
+#: A slice to ask for, us (the kernel's minimum is 100).
 DEFAULT_SLICE_US = 100
 
 # struct sched_attr (SCHED_ATTR_SIZE_VER1): size, policy, flags, nice, priority,

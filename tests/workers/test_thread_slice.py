@@ -64,7 +64,7 @@ def test_run_forever_holds_a_short_slice_while_it_runs(app: Scheduler) -> None:
     @app.job()
     def probe() -> None: ...
 
-    dispatcher = Dispatcher(app)
+    dispatcher = Dispatcher(app, wake_slice_us=DEFAULT_SLICE_US)
     stop = threading.Event()
 
     def tick() -> int | None:  # called in the pull thread before each pull
@@ -87,8 +87,8 @@ def test_run_forever_holds_a_short_slice_while_it_runs(app: Scheduler) -> None:
     assert seen[-1] == before[0] != DEFAULT_SLICE_US  # given back on return
 
 
-def test_a_dispatcher_can_leave_the_thread_alone(app: Scheduler) -> None:
-    dispatcher = Dispatcher(app, wake_slice_us=None)
+def test_by_default_a_dispatcher_leaves_the_thread_alone(app: Scheduler) -> None:
+    dispatcher = Dispatcher(app)
     stop = threading.Event()
     seen: list[int | None] = []
 
