@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from broker_adapter.base import Consumer
@@ -28,13 +28,19 @@ from broker_adapter.checks import (
 from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.groups import ConsumerGroup, Pull
 from broker_adapter.embedded.keys import CF_READY, topic_range
-from broker_adapter.embedded.records import delivery_fields
+from broker_adapter.embedded.records import HEAD, HEAD_SIZE, delivery_fields
 from broker_adapter.errors import BrokerClosed
 from broker_adapter.results import NO_PROPERTIES, ReceivedMessage
 from broker_adapter.timer_slack import tighten as tighten_timer_slack
 
 if TYPE_CHECKING:
     from broker_adapter.embedded.group_registry import GroupRegistry
+
+_unpack_head = HEAD.unpack_from
+_HEAD_SIZE = HEAD_SIZE
+# ReceivedMessage's own __new__ is a Python function: tuple.__new__ builds the same
+# named tuple for less (one per message pulled).
+_new = tuple.__new__
 
 
 class ReadySignal:
@@ -46,6 +52,7 @@ class ReadySignal:
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._epoch = 0
+        self._waiting = 0  # threads inside wait(): a notify with none skips the condition's
 
     @property
     def epoch(self) -> int:
@@ -56,7 +63,8 @@ class ReadySignal:
         """Wake every waiting pull (messages are ready, room freed, or the broker closes)."""
         with self._cond:
             self._epoch += 1
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
 
     def wait(self, epoch: int, timeout_s: float) -> None:
         """Sleep up to ``timeout_s`` unless a wake-up came since ``epoch`` was read.
@@ -66,7 +74,11 @@ class ReadySignal:
         """
         with self._cond:
             if self._epoch == epoch:
-                self._cond.wait(timeout_s)
+                self._waiting += 1
+                try:
+                    self._cond.wait(timeout_s)
+                finally:
+                    self._waiting -= 1
 
 
 class EmbeddedConsumer(Consumer):
@@ -179,54 +191,79 @@ class EmbeddedConsumer(Consumer):
             return out
         core = self._core
         tails = core.tails
-        names = core.topic_names
-        scan = core.store.scan
-        pull = Pull(now_ms + group.invisible_ms, self)
-        receipts: list[bytes] = []
-        records: list[bytes] = []
+        cursors = group.cursors
         tids = self._tids
         n = len(tids)
-        self._turn = (self._turn + 1) % n
+        turn = self._turn = (self._turn + 1) % n
+        names = core.topic_names
+        inflight = group.inflight
+        receipts: list[bytes] = []
+        pull: Pull | None = None
+        add = out.append
+        props: Mapping[str, str]
         for i in range(n):
-            tid = tids[(self._turn + i) % n]
-            cursor = group.cursors[tid]
+            tid = tids[(turn + i) % n]
+            cursor = cursors[tid]
             tail = tails.get(tid)
             if tail is None or cursor > tail:
+                continue  # nothing new: most pulls of most topics stop here
+            want = room - len(out)
+            rows = core.fresh_rows(tid, cursor, want)
+            if rows is None:  # older than what was just fired: read the store
+                rows = core.store.scan(CF_READY, cursor, topic_range(tid)[1], want)
+            if not rows:
                 continue
-            rows = scan(CF_READY, cursor, topic_range(tid)[1], room - len(out))
+            if pull is None:
+                pull = Pull(now_ms + group.invisible_ms, self)
+            pulled = group.topic_keys(tid)
             held_bytes, max_bytes = self.held_bytes, self.max_inflight_bytes
             taken = 0
             for receipt, data in rows:  # hot loop: locals only, one object per message
                 size = len(data)
                 if out and held_bytes + size > max_bytes:
                     break
-                attempts, due, born, raw, key, tags, props, body = delivery_fields(data)
+                _v, _f, _t, attempts, due, born, raw, klen, tlen, plen = _unpack_head(data)
+                if klen or plen:
+                    attempts, due, born, raw, key, tags, given, body = delivery_fields(data)
+                    props = given or NO_PROPERTIES
+                else:  # the scheduler's messages: tags (the job name) and a body
+                    key, props = None, NO_PROPERTIES
+                    if tlen:
+                        tags = data[_HEAD_SIZE : _HEAD_SIZE + tlen].decode()
+                        body = data[_HEAD_SIZE + tlen :]
+                    else:
+                        tags, body = None, data[_HEAD_SIZE:]
                 receipts.append(receipt)
-                records.append(data)
+                inflight[receipt] = (data, pull)
+                pulled.append(receipt)
                 held_bytes += size
-                out.append(
-                    ReceivedMessage(
-                        raw.hex(),
-                        names[(raw[14] << 8) | raw[15]],
-                        body,
-                        due,
-                        born,
-                        attempts + 1,
-                        receipt,
-                        key,
-                        tags,
-                        props or NO_PROPERTIES,
+                add(
+                    _new(
+                        ReceivedMessage,
+                        (
+                            raw.hex(),
+                            names[(raw[14] << 8) | raw[15]],
+                            body,
+                            due,
+                            born,
+                            attempts + 1,
+                            receipt,
+                            key,
+                            tags,
+                            props,
+                        ),
                     )
                 )
                 taken += 1
             if taken:
-                group.cursors[tid] = receipts[-1] + b"\x00"
+                cursors[tid] = receipts[-1] + b"\x00"
                 group.ready[tid] = group.ready.get(tid, 0) - taken
                 self.held += taken
                 self.held_bytes = held_bytes
             if len(out) >= room or self.held_bytes >= self.max_inflight_bytes:
                 break
-        group.add_pulled(receipts, records, pull)
+        if pull is not None:
+            group.watch(pull, receipts)
         return out
 
     @property
@@ -248,6 +285,12 @@ class EmbeddedConsumer(Consumer):
         if self.closed or self._registry.closed:
             self._check()
         return self._registry.ack(self._group, message.receipt)
+
+    def ack_batch(self, messages: Sequence[ReceivedMessage]) -> list[bool]:
+        """See :meth:`broker_adapter.base.Consumer.ack_batch`: one take of the group's lock."""
+        if self.closed or self._registry.closed:
+            self._check()
+        return self._registry.ack_many(self._group, [m.receipt for m in messages])
 
     def nack(
         self, message: ReceivedMessage, delay_ms: int | None = None, reason: str | None = None

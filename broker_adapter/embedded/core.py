@@ -41,6 +41,7 @@ from typing import Any
 
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.embedded import keys as K
+from broker_adapter.embedded.fresh import FreshRows
 from broker_adapter.embedded.store import RocksStore
 from broker_adapter.embedded.timing_wheel import Entry, TimingWheel
 from broker_adapter.errors import InvalidArgument
@@ -98,6 +99,7 @@ class BrokerCore:
         self._pending: dict[int, int] = {}
         self._fired: dict[int, int] = {}
         self._tails: dict[int, bytes] = {}
+        self._fresh = FreshRows()  # the newest fired entries per topic, for pulls
         self.store: RocksStore = store
         self.lock: threading.RLock = self._lock
         self.topic_ids: Mapping[str, int] = self._topic_ids
@@ -145,6 +147,7 @@ class BrokerCore:
         fired_upto = store.cf[K.CF_META].get(K.META_FIRED_UPTO) or K.wheel_key(0, 0)
         self._fired_upto: bytes = fired_upto
         self._last_now = max(self._last_now, K.wheel_time(fired_upto))
+        self._fresh.clear()  # what the store has is read from it from now on
         for tid in self._topic_names:
             lo, hi = K.topic_range(tid)
             tail = store.last_key(K.CF_READY, lo, hi)
@@ -318,7 +321,10 @@ class BrokerCore:
         batch.put(ready_key, record, self._h_ready)
         self._count(batch, {tid: 1})
         self._count(batch, {tid: 1}, fired=True)
-        self._tails[tid] = ready_key
+        self._fresh.drop(tid)  # not a fire: pulls read the store until the next one
+        tail = self._tails.get(tid)
+        if tail is None or ready_key > tail:
+            self._tails[tid] = ready_key
         return wkey
 
     def abort_pending(self, wkey: bytes, tid: int, record: bytes) -> None:
@@ -379,26 +385,49 @@ class BrokerCore:
             batch = store.batch()
             h_wheel, h_ready = self._h_wheel, self._h_ready
             prefix = self._prefixes
-            tails = {}
+            chunk: dict[int, tuple[list[bytes], list[bytes]]] = {}
             # Everything below the last fired key has now fired or was aborted, so a
             # big chunk is one range tombstone; small ones stay point deletes
             # (many range tombstones in a memtable slow reads down).
             ranged = len(entries) >= _RANGE_DELETE_MIN
             if ranged:
                 batch.delete_range(self._fired_upto, K.next_key(entries[-1][0]), h_wheel)
+            put = batch.put
+            last_tid, head = -1, b""
+            keys: list[bytes] = []
+            records: list[bytes] = []
             for wkey, tid, record in entries:
                 if not ranged:
                     batch.delete(wkey, h_wheel)
-                ready_key = prefix[tid] + wkey
-                batch.put(ready_key, record, h_ready)
-                counts[tid] = counts.get(tid, 0) + 1
-                tails[tid] = ready_key
+                if tid != last_tid:  # a chunk is mostly one topic
+                    rows = chunk.get(tid)
+                    if rows is None:
+                        rows = chunk[tid] = ([], [])
+                    keys, records = rows
+                    last_tid, head = tid, prefix[tid]
+                ready_key = head + wkey
+                put(ready_key, record, h_ready)
+                keys.append(ready_key)
+                records.append(record)
+            for tid, rows in chunk.items():
+                counts[tid] = len(rows[0])
             self._count(batch, counts, fired=True)
             self._fired_upto = K.next_key(entries[-1][0])
             batch.put(K.META_FIRED_UPTO, self._fired_upto, self._h_meta)
             store.write(batch, lazy=True)
-            self._tails.update(tails)
+            self._fresh.keep(chunk, self._tails)
         return counts
+
+    def forget_fresh(self, tid: int) -> None:
+        """Hold no fired entries of topic ``tid`` any more (its ready keys were deleted:
+        pulls read the store until its next fire)."""
+        self._fresh.drop(tid)
+
+    def fresh_rows(self, tid: int, cursor: bytes, limit: int) -> list[tuple[bytes, bytes]] | None:
+        """Up to ``limit`` ``(ready key, record)`` pairs of topic ``tid`` from ``cursor`` on,
+        from memory, as a scan of the store would return them; ``None`` when the store
+        must be read. Any thread, no lock (see :class:`~.fresh.FreshRows`)."""
+        return self._fresh.rows(tid, cursor, limit)
 
     def next_due_ms(self) -> int | None:
         """When the wheel next needs the wheel thread (see :meth:`TimingWheel.next_due_ms`)."""

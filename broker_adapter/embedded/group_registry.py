@@ -163,6 +163,37 @@ class GroupRegistry:
             self.notify()  # a pull may be waiting for room
         return True
 
+    def ack_many(self, group: ConsumerGroup, receipts: Sequence[bytes]) -> list[bool]:
+        """:meth:`ack` each of ``receipts`` of ``group`` under one take of its lock (a
+        pulled batch acked at once: ~1 us less per message than one call each)."""
+        out: list[bool] = []
+        add = out.append
+        wake = False
+        with group.lock:
+            inflight, dirty = group.inflight, group.dirty
+            acked = 0
+            for receipt in receipts:
+                entry = inflight.pop(receipt, None)
+                if entry is None:
+                    add(False)
+                    continue
+                pull = entry[1]
+                pull.settle()
+                consumer = pull.consumer
+                consumer.held -= 1
+                consumer.held_bytes -= len(entry[0])
+                if consumer.held + 1 >= consumer.max_inflight:
+                    wake = True  # a pull of that consumer may be waiting for room
+                dirty.add((receipt[0] << 8) | receipt[1])
+                acked += 1
+                add(True)
+            group.acked_total += acked
+            if acked and time.monotonic() - group.last_commit >= COMMIT_INTERVAL_S:
+                self.commit(group)
+        if wake:
+            self.notify()
+        return out
+
     def commit(self, group: ConsumerGroup, batch: Any = None) -> None:
         """Persist the dirty cursors of ``group`` (group lock held), or add them to ``batch``."""
         store = self._core.store

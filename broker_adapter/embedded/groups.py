@@ -105,6 +105,14 @@ class ConsumerGroup:
             keys.popleft()
         return keys[0] if keys else self.cursors[tid]
 
+    def topic_keys(self, tid: int) -> deque[bytes]:
+        """The pulled keys of topic ``tid`` in pull order, to append newly pulled ones to
+        (their :attr:`inflight` entries set alongside, then :meth:`watch` their pull)."""
+        keys = self.by_topic.get(tid)
+        if keys is None:
+            keys = self.by_topic[tid] = deque()
+        return keys
+
     def add_pulled(self, receipts: list[bytes], records: list[bytes], pull: Pull) -> None:
         """Record messages pulled together (they share one invisible-time deadline)."""
         if not receipts:

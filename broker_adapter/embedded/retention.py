@@ -83,6 +83,7 @@ class Retention:
                     self._forget_note(batch, gid + record_id(record), ready_key[2:])
             upto = end if len(rows) < left else K.next_key(rows[-1][0])
             batch.delete_range(lower, upto, h_ready)
+            self._core.forget_fresh(tid)  # pulls must not be handed what is deleted
             self._trimmed[tid] = upto
             left -= len(rows)
         store.write(batch, lazy=True)
