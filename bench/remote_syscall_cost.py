@@ -12,6 +12,7 @@ made of:
 * a message over a loopback TCP socket and back: two threads of this process,
   each ``sendall`` + ``recv`` of 40 bytes (per round trip: 2 sends, 2 receives and
   2 thread wake-ups, as one pull answered by a waiting server);
+* the same over a Unix socket pair;
 * a thread hand-off and back: a bare lock released by one thread and taken by
   another, twice per round trip (a dispatcher handing a job to a pool thread, or a
   reader waking a caller), including the GIL's passage between them;
@@ -52,6 +53,16 @@ def socket_round_trips(n: int) -> None:
     server.close()
     for s in (a, b):
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    echo_round_trips(n, a, b)
+
+
+def unix_round_trips(n: int) -> None:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    echo_round_trips(n, a, b)
+
+
+def echo_round_trips(n: int, a: socket.socket, b: socket.socket) -> None:
+    """``n`` round trips of 40 bytes from ``a`` to a thread echoing on ``b``; closes both."""
     payload = b"x" * 40
 
     def echo() -> None:
@@ -103,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"loopback TCP round trip (2 threads)      {per_op_us(n, socket_round_trips):7.2f} us CPU"
     )
+    print(f"Unix socket round trip (2 threads)       {per_op_us(n, unix_round_trips):7.2f} us CPU")
     print(f"thread hand-off and back (2 wake-ups)    {per_op_us(n, hand_offs):7.2f} us CPU")
     m = max(n // 20, 100)
     print(f"1 ms timed wait that times out           {per_op_us(m, timed_waits):7.2f} us CPU")
