@@ -41,6 +41,8 @@ _HEAD_SIZE = HEAD_SIZE
 # ReceivedMessage's own __new__ is a Python function: tuple.__new__ builds the same
 # named tuple for less (one per message pulled).
 _new = tuple.__new__
+# A pull with this long (s) before its next due time tops the wheel's window up.
+_QUIET_S = 0.0005
 
 
 class ReadySignal:
@@ -159,6 +161,11 @@ class EmbeddedConsumer(Consumer):
         if due is None:
             return False
         until = core.seconds_until(due)
+        if until >= _QUIET_S and core.top_up():  # a quiet moment: refill now, not at a fire
+            due = core.next_due_ms()
+            if due is None:
+                return False
+            until = core.seconds_until(due)
         if until >= remaining:
             return False  # beyond this pull: the wheel thread (or a later pull) fires it
         if until > 0:

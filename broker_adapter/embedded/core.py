@@ -429,6 +429,14 @@ class BrokerCore:
         must be read. Any thread, no lock (see :class:`~.fresh.FreshRows`)."""
         return self._fresh.rows(tid, cursor, limit)
 
+    def top_up(self) -> int:
+        """Refill the wheel's near window if it shrank by a step; returns how many
+        entries it loaded. A pull calls it while nothing is due for a while, so the
+        refill's scan (P99 0.4 ms, GIL held) seldom delays a due chunk's fire; firing
+        refills only a step later, as a fallback."""
+        with self._lock:
+            return self._wheel.refill(self.now())
+
     def next_due_ms(self) -> int | None:
         """When the wheel next needs the wheel thread (see :meth:`TimingWheel.next_due_ms`)."""
         with self._lock:

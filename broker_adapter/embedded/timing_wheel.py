@@ -118,7 +118,9 @@ class TimingWheel:
                 self.watermark = rows[-1][0] + b"\x00"
                 self._next_disk_ms = wheel_time(self.watermark)
                 return [(key, (record[2] << 8) | record[3], record) for key, record in rows]
-        self.refill(now_ms)
+        # The fallback: a pull tops the window up at a quiet moment (top_up) a step
+        # sooner, so that a due chunk seldom waits behind this scan (issue 16).
+        self.refill(now_ms, lag_ms=self.step_ms)
         cancelled = self._cancelled
         out: list[Entry] = []
         probe = (bound,)  # sorts before an entry whose key is bound or more
@@ -175,20 +177,21 @@ class TimingWheel:
             return due
         load_at = max(
             self._next_disk_ms - self.window_ms,
-            wheel_time(self.watermark) - self.window_ms + self.step_ms,
+            wheel_time(self.watermark) - self.window_ms + 2 * self.step_ms,
         )
         return load_at if due is None else min(due, load_at)
 
-    def refill(self, now_ms: int, force: bool = False) -> int:
+    def refill(self, now_ms: int, force: bool = False, lag_ms: int = 0) -> int:
         """Load one chunk of entries due before ``now + window_ms``; returns how many.
 
-        Without ``force`` it loads only once the window has shrunk by ``step_ms``.
+        Without ``force`` it loads only once the window has shrunk by ``step_ms``
+        plus ``lag_ms``.
         """
         horizon = now_ms + self.window_ms
         nd = self._next_disk_ms
         if nd is None or nd >= horizon or len(self) >= self.max_entries:
             return 0
-        if not force and wheel_time(self.watermark) >= horizon - self.step_ms:
+        if not force and wheel_time(self.watermark) >= horizon - self.step_ms - lag_ms:
             return 0
         upper = wheel_key(horizon, 0)
         if self.watermark >= upper:

@@ -110,6 +110,10 @@ class WheelAgainstSortedList(RuleBasedStateMachine):
     def advance(self, ms: int) -> None:
         self.now += ms
 
+    @rule()
+    def top_up(self) -> None:  # a pull's refill at a quiet moment (BrokerCore.top_up)
+        self.wheel.refill(self.now)
+
     @rule(limit=st.integers(min_value=1, max_value=8))
     def pop_due(self, limit: int) -> None:
         got = [entry[0] for entry in self.wheel.pop_due(self.now, limit)]
@@ -160,6 +164,41 @@ def test_refill_in_chunks_loses_nothing(tmp_path: object) -> None:
                 store.cf[K.CF_WHEEL].delete(key)
             fired += [entry[0] for entry in batch]
         assert fired == sorted(keys)
+    finally:
+        store.close()
+
+
+def test_firing_refills_a_step_after_a_top_up_would(tmp_path: object) -> None:
+    """A top-up (``refill(now)``, a pull's quiet moment) loads once the window shrank
+    by a step; firing's own refill waits one step more, as a fallback."""
+    store = RocksStore(str(tmp_path))
+    try:
+        wheel = TimingWheel(store, K.wheel_key(0, 0), window_ms=40, step_ms=10)
+        keys = [K.wheel_key(t, t) for t in range(1_000, 1_100, 5)]
+        for key in keys:
+            record = encode(1, 0, 1_000, 1_000, key[2:] + b"\x00\x01", b"", b"", b"", b"")
+            store.cf[K.CF_WHEEL].put(key, record)
+            wheel.schedule(key, 1, record)
+
+        def fire(now_ms: int) -> list[int]:
+            fired = [entry[0] for entry in wheel.pop_due(now_ms, 100)]
+            for key in fired:  # the broker deletes what fired
+                store.cf[K.CF_WHEEL].delete(key)
+            return [K.wheel_time(key) for key in fired]
+
+        def held_until() -> int:
+            return K.wheel_time(wheel.held_keys()[-1])
+
+        assert fire(990) == []
+        assert held_until() == 1_025  # loaded up to 990 + 40
+        assert fire(1_001) == [1_000]
+        assert held_until() == 1_025  # shrunk by 11 ms: firing does not load yet
+        assert wheel.refill(1_001) == 3  # the top-up does (1030, 1035, 1040)
+        assert wheel.refill(1_001) == 0  # once per step
+        assert fire(1_021) == [1_005, 1_010, 1_015, 1_020]
+        assert held_until() == 1_040  # shrunk by 20 ms: not yet
+        assert fire(1_022) == []
+        assert held_until() == 1_060  # by 21: the fallback loads
     finally:
         store.close()
 
