@@ -56,7 +56,6 @@ from broker_adapter.embedded.group_registry import GroupRegistry
 from broker_adapter.embedded.store import RocksStore
 from broker_adapter.embedded.timing_wheel import TimingWheel
 from workers.executors.local import QueuedCall
-from workers.thread_slice import DEFAULT_SLICE_US, shorten
 
 Span = tuple[float, float]  # epoch s
 
@@ -89,7 +88,7 @@ class Probes:
         else:
             self.gcs.append((self._gc0, time.time(), info["generation"]))
 
-    def install(self, pool_slice_us: int) -> None:
+    def install(self) -> None:
         probes = self
         wait0 = ReadySignal.wait
         fire0 = GroupRegistry.fire_due
@@ -129,11 +128,7 @@ class Probes:
                 probes.refills.append((threading.current_thread().name, t0, time.time(), n))
             return n
 
-        shortened = threading.local()
-
         def run(self: QueuedCall) -> None:
-            if pool_slice_us and not getattr(shortened, "done", False):
-                shortened.done = shorten(pool_slice_us) is not None
             t0 = time.time()
             run0(self)
             probes.jobs.append((threading.current_thread().name, t0, time.time()))
@@ -251,27 +246,20 @@ def print_refills(probes: Probes) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     p = breakdown_parser(__doc__)
     p.add_argument("--band", type=float, nargs=2, default=(98.5, 99.5), metavar=("LO", "HI"))
-    p.add_argument(
-        "--slice-us",
-        type=int,
-        default=0,
-        help=f"the dispatcher's (e.g. {DEFAULT_SLICE_US}); 0: leave it",
-    )
-    p.add_argument("--pool-slice-us", type=int, default=0, help="the pool threads'; 0: leave it")
     args = p.parse_args(argv)
     from scheduler import Scheduler
     from workers import Dispatcher
     from workers.gc_tuning import tune_gc
 
     probes = Probes()
-    probes.install(args.pool_slice_us)
+    probes.install()
     tmp = tempfile.mkdtemp(prefix="chronoq-probe-")
     body = Body(args.n)
     stamps = StageStamps()
     try:
         app = Scheduler(f"rocksdb://{os.path.join(tmp, 'db')}", topic="bench.probe")
         job = app.job(name="bench.probe.job")(body)
-        dispatcher = Dispatcher(app, hooks=[stamps], wake_slice_us=args.slice_us or None)
+        dispatcher = Dispatcher(app, hooks=[stamps])
         dispatcher.open()
         tune_gc()
         thread = threading.Thread(target=dispatcher.run_forever, name="bench-dispatcher")
@@ -294,8 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = stage_rows(dues, ids, body, stamps, worst)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
-        f"== start_tail_probe: N={args.n:,} due {args.due_from:g}-{args.due_to:g} s, slice us: "
-        f"dispatcher {args.slice_us or 'as is'}, pool {args.pool_slice_us or 'as is'}, load {load} =="
+        f"== start_tail_probe: N={args.n:,} due {args.due_from:g}-{args.due_to:g} s, load {load} =="
     )
     print_stage_table(rows, (("fire", "fire - due"), ("lateness", "= job start - due")))
     log = fire_log()

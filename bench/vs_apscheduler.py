@@ -211,10 +211,7 @@ def run_chronoq(args: argparse.Namespace, rec: Recorder, proc: Any) -> dict[str,
         with broker_url(args.broker, tmp) as url:
             app = Scheduler(url, topic="bench.vs")
             job = app.job(name="bench.vs.record")(rec.record)
-            slice_us = args.wake_slice_us
-            dispatcher = (
-                Dispatcher(app) if slice_us < 0 else Dispatcher(app, wake_slice_us=slice_us or None)
-            )
+            dispatcher = Dispatcher(app)
             dispatcher.open()
             tune_gc()  # as chronoq run does once the dispatcher joined
             thread = threading.Thread(target=dispatcher.run_forever, name="bench-dispatcher")
@@ -316,8 +313,6 @@ def run_child(system: str, n: int, args: argparse.Namespace, tmp: str) -> dict[s
         str(args.timeout),
         "--batch",
         str(args.batch),
-        "--wake-slice-us",
-        str(args.wake_slice_us),
         "--out",
         out,
         "--result",
@@ -399,12 +394,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="chronoq: schedule_many in batches of this size (default 0: schedule() each)",
     )
     p.add_argument("--no-apscheduler", action="store_true", help="chronoq rows only")
-    p.add_argument(
-        "--wake-slice-us",
-        type=int,
-        default=-1,
-        help="the dispatcher's wake_slice_us (0: leave the thread alone; default: its default)",
-    )
     p.add_argument("--json", action="store_true", help="also print one JSON line per row")
     p.add_argument("--child", choices=("apscheduler", "chronoq"), help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)

@@ -60,7 +60,6 @@ from workers.limits import job_limits
 from workers.pull_loop import PullLoop
 from workers.routing import skip_reason, topics_for
 from workers.runs import App
-from workers.thread_slice import shorten
 
 if TYPE_CHECKING:
     from workers.trace import DeliveryTrace
@@ -96,11 +95,6 @@ class Dispatcher:
         their outcome should come within the invisible time.
     :param hooks: more :class:`~workers.hooks.DispatchHook`\\ s, called after the
         built-in ones, in this order.
-    :param wake_slice_us: a CPU slice (us) for :meth:`run_forever`'s thread to ask of
-        Linux while it runs (:mod:`workers.thread_slice`), so that a due-time wake
-        preempts a busy core's task; ``None`` (the default) leaves the thread as
-        it is: on this project's 2-core VM it did not lower the tail and cost ~8 %
-        more CPU per job (``bench/vs_apscheduler.py --wake-slice-us``).
     """
 
     def __init__(
@@ -116,7 +110,6 @@ class Dispatcher:
         trace: DeliveryTrace | None = None,
         max_awaiting: int = DEFAULT_MAX_AWAITING,
         hooks: Iterable[DispatchHook] = (),
-        wake_slice_us: int | None = None,
     ) -> None:
         settings = app.settings
         self.app = app
@@ -135,7 +128,6 @@ class Dispatcher:
         self.drain_timeout_s = drain_timeout_s
         self._trace = trace
         self._hooks = tuple(hooks)
-        self.wake_slice_us = wake_slice_us
         self._log = logging.getLogger("chronoq.workers.Dispatcher")
         self._flow = InFlight(self.capacity, self.max_awaiting)
         self._loop: PullLoop | None = None  # once joined (open)
@@ -235,8 +227,6 @@ class Dispatcher:
         loop = self.open()
         stop = self._stop
         outage = BrokerOutage(self._log, f"group {self.group}")
-        slice_us = self.wake_slice_us
-        undo_slice = shorten(slice_us) if slice_us else None
         try:
             while not stop.is_set() and not (stop_event is not None and stop_event.is_set()):
                 try:
@@ -248,8 +238,6 @@ class Dispatcher:
                 if not got and exit_when_idle and self._idle(loop, any_pending=True):
                     break
         finally:
-            if undo_slice is not None:
-                undo_slice()
             self.drain()
         return self.processed
 
