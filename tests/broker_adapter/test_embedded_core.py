@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,15 +20,6 @@ from tests.conftest import START_MS
 from tests.helpers import eventually
 
 EMBEDDED = Path(core_module.__file__).parent
-
-
-@pytest.fixture
-def core(data_dir: Path, manual_clock: ManualClock) -> Iterator[BrokerCore]:
-    c = BrokerCore(data_dir, manual_clock)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def pend(core: BrokerCore, topic: str, due_ms: int, body: bytes = b"") -> bytes:

@@ -5,7 +5,6 @@ it could differ: a fire below the topic's tail, a dead letter, a deletion, a reo
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,15 +15,6 @@ from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.records import encode
 from tests.conftest import START_MS
-
-
-@pytest.fixture
-def core(data_dir: Path, manual_clock: ManualClock) -> Iterator[BrokerCore]:
-    c = BrokerCore(data_dir, manual_clock)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def pend(core: BrokerCore, topic: str, due_ms: int, n: int = 1) -> list[bytes]:
