@@ -114,7 +114,7 @@ class InFlight:
             if next_job is not None and not run.settled:
                 run.job = next_job
                 return JobEnd.NEXT
-            return JobEnd.SETTLE if self._claim(run) else JobEnd.SETTLED
+            return JobEnd.SETTLE if run.take_claim() else JobEnd.SETTLED
 
     def claim_ended(self, run: Run) -> bool:
         """The job of ``run`` that held a slot ended, and no job follows it: take the
@@ -128,10 +128,7 @@ class InFlight:
         """Take the right to settle ``run``'s message while ``job`` is its current job;
         ``False`` when another thread has it, or the run went on to its next job."""
         with self._cv:
-            return run.job is job and self._claim(run)
-
-    def _claim(self, run: Run) -> bool:
-        return run.take_claim()
+            return run.job is job and run.take_claim()
 
     def settled(self, run: Run, *, slot: bool = False) -> None:
         """The claimer of ``run`` settled its message (or gave up): let it go, count it.
@@ -170,7 +167,7 @@ class InFlight:
         with self._cv:
             while self._runs and not self._hurry and (left := deadline - time.monotonic()) > 0:
                 self._wait(left)
-            return [r for r in list(self._runs) if self._claim(r)]
+            return [r for r in list(self._runs) if r.take_claim()]
 
     def _wait(self, timeout_s: float) -> None:
         """Wait on the condition (held) for up to ``timeout_s``, counted as a waiter."""
