@@ -27,7 +27,9 @@ The life of a schedule:
    delivered one up to now. It returns what to run (usually ``[fire_ms]``).
 3. Because the next occurrence is armed before the job runs, a crash mid-run
    loses no future occurrence; the unacked message is delivered again (at least
-   once), and the repeated ``fire`` arms nothing new.
+   once), and the repeated ``fire`` arms nothing new. A redelivery runs only its
+   own occurrence: what it would catch up after it goes to messages of their own
+   (``_leave_to_own_messages``), since another process may have run those already.
 
 Checks at fire time (one ``query`` point lookup of the schedule's record per
 occurrence; the record is read and parsed again only when it changed):
