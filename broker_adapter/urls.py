@@ -23,6 +23,7 @@ ADAPTERS: dict[str, str] = {
     "rocksdb": "broker_adapter.shared.broker:SharedBroker",  # an EmbeddedBroker with ?share=0
     "memory": "broker_adapter.memory.broker:MemoryBroker",
     "chronoq": "broker_adapter.server.client:RemoteBroker",
+    "chronoq+unix": "broker_adapter.server.client:RemoteBroker",  # a local server's socket
     "redis": "broker_adapter.redis.broker:RedisBroker",
     "rediss": "broker_adapter.redis.broker:RedisBroker",
     "redis+cluster": "broker_adapter.redis.broker:RedisBroker",
@@ -34,6 +35,7 @@ ADAPTERS: dict[str, str] = {
 #: behind a :class:`~broker_adapter.async_base.ThreadedAsyncBroker`.
 ASYNC_ADAPTERS: dict[str, str] = {}
 ASYNC_ADAPTERS["chronoq"] = "broker_adapter.server.async_client:AsyncRemoteBroker"
+ASYNC_ADAPTERS["chronoq+unix"] = ASYNC_ADAPTERS["chronoq"]
 ASYNC_ADAPTERS.update(
     dict.fromkeys(
         ("redis", "rediss", "redis+cluster", "redis+sentinel"),

@@ -130,8 +130,9 @@ class AsyncRemoteBroker(AsyncAdapterBase):
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> AsyncRemoteBroker:
-        """Open ``chronoq://h1:p1[,h2:p2]?token=T&send_timeout_ms=3000&retries=2``
-        (the sync client's parameters); ``kwargs`` override them.
+        """Open ``chronoq://h1:p1[,h2:p2]?token=T&send_timeout_ms=3000&retries=2``, or
+        ``chronoq+unix:///abs/path.sock[?...]`` (the sync client's parameters);
+        ``kwargs`` override them.
 
         :raises InvalidArgument: for a bad endpoint or parameter.
         """

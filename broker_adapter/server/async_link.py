@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from pathlib import Path
 from typing import Any
 
 from broker_adapter.errors import (
@@ -32,6 +33,7 @@ from broker_adapter.server.session import (
     hello_request,
     read_hello,
 )
+from broker_adapter.server.unix import short_path
 
 log = logging.getLogger("chronoq.broker_adapter.AsyncLink")
 log.addHandler(logging.NullHandler())
@@ -103,7 +105,8 @@ class AsyncLink:
         try:
             async with asyncio.timeout(connect_timeout_s):
                 if port is None:
-                    reader, writer = await asyncio.open_unix_connection(host, limit=READ_BUFFER)
+                    with short_path(Path(host)) as path:  # a deep path too, as Link does
+                        reader, writer = await asyncio.open_unix_connection(path, limit=READ_BUFFER)
                 else:
                     reader, writer = await asyncio.open_connection(host, port, limit=READ_BUFFER)
         except (OSError, TimeoutError) as e:

@@ -3,7 +3,10 @@
 ``workers/cli.py`` adds this as a subcommand with :func:`add_serve_parser`;
 ``python -m broker_adapter.server`` runs it on its own. On start it writes one
 line, ``chronoq broker listening on HOST:PORT node NODE``, to stdout (with
-``--port 0`` that names the port picked). SIGTERM drains in-flight requests,
+``--port 0`` that names the port picked). With ``--unix PATH`` it listens on a Unix
+socket there instead of TCP (mode 0600; a token is then optional) and the line is
+``chronoq broker listening on PATH node NODE url chronoq+unix:///PATH``, the URL
+clients use (:mod:`~broker_adapter.server.unix_url`). SIGTERM drains in-flight requests,
 flushes the broker and exits 0. SIGUSR1 takes a backup (a consistent copy of
 the data directory, see :mod:`~broker_adapter.embedded.backup`) into a new
 timestamped directory under ``--backup-dir`` and prints
@@ -21,10 +24,11 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from broker_adapter.embedded.backup import timestamped
-from broker_adapter.errors import ChronoqError
+from broker_adapter.errors import ChronoqError, InvalidArgument
 from broker_adapter.listen import add_listen_options
 from broker_adapter.server.admission import (
     DEFAULT_HELLO_TIMEOUT_S,
@@ -37,6 +41,8 @@ from broker_adapter.server.server import (
     DEFAULT_PORT,
     BrokerServer,
 )
+from broker_adapter.server.unix import check_free
+from broker_adapter.server.unix_url import unix_url
 
 log = logging.getLogger("chronoq.broker_adapter.BrokerServer")
 
@@ -47,7 +53,7 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     The parser's default ``func`` is :func:`serve_main`.
     """
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "serve", help="serve one embedded broker to many processes over TCP"
+        "serve", help="serve one embedded broker to many processes over TCP (or --unix)"
     )
     configure_parser(p)
     return p
@@ -57,6 +63,14 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     """Add the ``serve`` options to ``p``."""
     p.add_argument("--data-dir", required=True, help="the broker's RocksDB directory")
     add_listen_options(p, DEFAULT_PORT, "token clients must present")
+    # Defaults that say they were not given, so --unix can refuse an explicit --host/--port.
+    p.set_defaults(host=_Unset(p.get_default("host")), port=_UnsetPort(p.get_default("port")))
+    p.add_argument(
+        "--unix",
+        metavar="PATH",
+        help="listen on a Unix socket at PATH (made 0600) instead of TCP; clients use "
+        "chronoq+unix:///abs/PATH (token optional); not with --host/--port",
+    )
     p.add_argument(
         "--metrics-port", type=int, help="serve Prometheus metrics on this port (same --host)"
     )
@@ -113,12 +127,16 @@ def serve_main(args: argparse.Namespace) -> int:
     )
     # Hand the GIL over sooner, so a busy thread does not delay a due delivery by 5 ms.
     sys.setswitchinterval(0.0005)
+    unix_path = None
     try:
+        if args.unix is not None:
+            unix_path = _unix_path(args)
         server = BrokerServer(
             args.data_dir,
             args.host,
             args.port,
             token=args.token,
+            unix_path=unix_path,
             manual_clock_ms=args.manual_clock,
             max_connections=args.max_connections,
             max_inflight=args.max_inflight,
@@ -131,6 +149,10 @@ def serve_main(args: argparse.Namespace) -> int:
         )
     except ChronoqError as e:
         sys.stderr.write(f"chronoq broker serve: {e}\n")
+        return 2
+    except OSError as e:  # the broker is closed again by the server (see BrokerServer)
+        where = unix_path or f"{args.host}:{args.port}"
+        sys.stderr.write(f"chronoq broker serve: cannot listen on {where}: {e}\n")
         return 2
     try:
         if args.metrics_port is not None:
@@ -160,15 +182,51 @@ def serve_main(args: argparse.Namespace) -> int:
     # here, a job due then starts that late): freeze it, as `chronoq run` does.
     gc.collect()
     gc.freeze()
-    sys.stdout.write(
-        f"chronoq broker listening on {server.host}:{server.port} node {server.node}\n"
-    )
+    if unix_path is None:
+        line = f"chronoq broker listening on {server.host}:{server.port} node {server.node}\n"
+    else:
+        url = unix_url(unix_path)
+        line = f"chronoq broker listening on {unix_path} node {server.node} url {url}\n"
+    sys.stdout.write(line)
     sys.stdout.flush()
     while not stop.wait(1.0):
         pass
     log.info("signal received: draining")
     server.shutdown(args.drain_timeout)
     return 0
+
+
+class _Unset(str):
+    """``--host``'s default, telling apart an address not given (``--unix`` refuses one
+    that is)."""
+
+
+class _UnsetPort(int):
+    """``--port``'s default, likewise."""
+
+
+def _unix_path(args: argparse.Namespace) -> str:
+    """The absolute socket path of ``--unix``, checked free (see
+    :func:`~broker_adapter.server.unix.check_free`).
+
+    :raises InvalidArgument: for ``--host``/``--port`` given too, an empty path, or a
+        path taken.
+    """
+    given = [
+        flag
+        for flag, value, unset in (("--host", args.host, _Unset), ("--port", args.port, _UnsetPort))
+        if not isinstance(value, unset)
+    ]
+    if given:
+        raise InvalidArgument(
+            f"--unix listens on a Unix socket only; drop {' and '.join(given)} "
+            "(or drop --unix to serve TCP)"
+        )
+    if not args.unix:
+        raise InvalidArgument("--unix needs a path, e.g. --unix /run/chronoq/broker.sock")
+    path = Path(args.unix).absolute()
+    check_free(path)
+    return str(path)
 
 
 def _env(name: str, kind: type[Any], default: Any) -> Any:

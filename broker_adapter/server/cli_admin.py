@@ -8,7 +8,8 @@
 * ``--data-dir DIR``: when no process holds ``DIR``, it is opened here (without
   firing anything) and copied; when a shared ``rocksdb://`` owner holds it, the
   owner is asked through ``DIR/chronoq.sock``;
-* ``--url chronoq://HOST:PORT[?token=T]`` (or ``--token``/``$CHRONOQ_TOKEN``): the
+* ``--url chronoq://HOST:PORT[?token=T]`` or ``chronoq+unix:///PATH`` (or
+  ``--token``/``$CHRONOQ_TOKEN``): the
   server takes it (the ``backup`` admin request); ``DEST`` is a path on the
   server's machine. ``--url rocksdb://DIR`` is ``--data-dir DIR``.
 
@@ -34,7 +35,9 @@ from broker_adapter.embedded.repair import repair_directory
 from broker_adapter.errors import ChronoqError, InvalidArgument
 from broker_adapter.server.link import Link
 from broker_adapter.server.server import DEFAULT_PORT
+from broker_adapter.server.unix_url import UNIX_SCHEME, socket_path
 from broker_adapter.shared.broker import SOCKET_NAME
+from broker_adapter.urls import split_url
 
 #: How long a backup request may take (a checkpoint flushes and links every file).
 BACKUP_TIMEOUT_S = 600.0
@@ -48,7 +51,10 @@ def add_admin_parsers(subparsers: Any) -> None:
     b.add_argument("dest", help="the new directory to write (must not exist, or be empty)")
     where = b.add_mutually_exclusive_group(required=True)
     where.add_argument("--data-dir", help="the broker's RocksDB directory")
-    where.add_argument("--url", help="chronoq://HOST:PORT of a running server, or rocksdb://DIR")
+    where.add_argument(
+        "--url",
+        help="chronoq://HOST:PORT or chronoq+unix:///PATH of a running server, or rocksdb://DIR",
+    )
     b.add_argument(
         "--token",
         default=os.environ.get("CHRONOQ_TOKEN") or None,
@@ -92,15 +98,23 @@ def backup_data_dir(data_dir: str, dest: str) -> BackupInfo:
 
 
 def backup_url(url: str, dest: str, token: str | None) -> BackupInfo:
-    """Back up the broker at ``url`` (``chronoq://`` or ``rocksdb://``)."""
+    """Back up the broker at ``url`` (``chronoq://``, ``chronoq+unix://`` or ``rocksdb://``).
+
+    :raises InvalidArgument: for another scheme or a malformed Unix URL.
+    """
     parts = urlsplit(url)
     if parts.scheme == "rocksdb":
         return backup_data_dir(parts.netloc + parts.path, dest)
-    if parts.scheme != "chronoq":
-        raise InvalidArgument(f"backup takes a chronoq:// or rocksdb:// URL, got {url!r}")
+    if parts.scheme not in ("chronoq", UNIX_SCHEME):
+        raise InvalidArgument(
+            f"backup takes a chronoq://, {UNIX_SCHEME}:// or rocksdb:// URL, got {url!r}"
+        )
     query = parse_qs(parts.query)
     token = query.get("token", [token or ""])[0] or None
-    link = Link(parts.hostname or "127.0.0.1", parts.port or DEFAULT_PORT, token)
+    if parts.scheme == UNIX_SCHEME:
+        link = Link(socket_path(split_url(url)[1]), None, token)
+    else:
+        link = Link(parts.hostname or "127.0.0.1", parts.port or DEFAULT_PORT, token)
     return backup_via_link(link, dest)
 
 

@@ -1,4 +1,5 @@
-"""RemoteBroker: the ``BrokerAdapter`` of ``chronoq://host:port[,host2:port2]?token=...``.
+"""RemoteBroker: the ``BrokerAdapter`` of ``chronoq://host:port[,host2:port2]?token=...``
+(and of ``chronoq+unix:///path.sock``, a server's Unix socket on this machine).
 
 Each endpoint is a ``chronoq broker serve`` process (one embedded broker each).
 The producer follows RocketMQ's: ``send``/``send_batch`` wait for the answer
@@ -106,7 +107,12 @@ class RemoteBroker(RemoteRuntimeCalls, RemoteDeadLetterCalls, AdapterBase):
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RemoteBroker:
-        """Open ``chronoq://h1:p1[,h2:p2]?token=T&send_timeout_ms=3000&retries=2``."""
+        """Open ``chronoq://h1:p1[,h2:p2]?token=T&send_timeout_ms=3000&retries=2``, or a
+        local server's socket, ``chronoq+unix:///abs/path.sock[?token=T&...]``
+        (:mod:`~broker_adapter.server.unix_url`).
+
+        :raises InvalidArgument: for a malformed URL.
+        """
         endpoints, opts = client_args(url, kwargs)
         return cls(endpoints, **opts)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from broker_adapter.errors import ConnectionFailed, InvalidArgument
 from broker_adapter.server.link import Link
+from broker_adapter.server.unix_url import UNIX_SCHEME, socket_path
 from broker_adapter.urls import split_url
 
 log = logging.getLogger("chronoq.broker_adapter.RemoteBroker")
@@ -33,15 +34,21 @@ def parse_endpoints(text: str) -> list[tuple[str, int]]:
     return out
 
 
-def client_args(url: str, overrides: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def client_args(
+    url: str, overrides: dict[str, Any]
+) -> tuple[str | list[tuple[str, int | None]], dict[str, Any]]:
     """The endpoints and keyword arguments of a client of ``chronoq://h1:p1[,h2:p2]?...``
-    (:func:`url_options`), ``overrides`` winning (what both clients' ``from_url`` take).
+    or ``chronoq+unix:///path?...`` (:func:`url_options`), ``overrides`` winning (what
+    both clients' ``from_url`` take).
 
-    :raises InvalidArgument: for an unknown parameter or a bad number.
+    :raises InvalidArgument: for an unknown parameter, a bad number, or a Unix URL
+        without an absolute socket path (:func:`~broker_adapter.server.unix_url.socket_path`).
     """
-    _scheme, rest, params = split_url(url)
+    scheme, rest, params = split_url(url)
     opts = url_options(params)
     opts.update(overrides)
+    if scheme == UNIX_SCHEME:
+        return [(socket_path(rest), None)], opts
     return rest.rstrip("/"), opts
 
 

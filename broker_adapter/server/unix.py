@@ -16,16 +16,22 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import stat
 from collections.abc import Iterator
 from pathlib import Path
+
+from broker_adapter.errors import InvalidArgument
 
 #: Longest path ``bind``/``connect`` take directly (``sun_path`` less its NUL).
 SUN_PATH_MAX = 107
 
 
 @contextlib.contextmanager
-def _short_path(path: Path) -> Iterator[str]:
-    """A path to ``path`` short enough for ``sun_path`` (valid inside the block)."""
+def short_path(path: Path) -> Iterator[str]:
+    """A path to ``path`` short enough for ``sun_path`` (valid inside the block).
+
+    :raises OSError: when a long path's directory cannot be opened.
+    """
     text = str(path)
     if len(text.encode()) <= SUN_PATH_MAX:
         yield text
@@ -50,7 +56,7 @@ def listen_unix(path: Path, backlog: int = 512) -> socket.socket:
         tmp.unlink()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        with _short_path(tmp) as address:
+        with short_path(tmp) as address:
             sock.bind(address)
         os.chmod(tmp, 0o600)  # before the rename: nobody can connect to the temporary name
         sock.listen(backlog)
@@ -72,12 +78,48 @@ def connect_unix(path: Path, timeout_s: float) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
     try:
-        with _short_path(path) as address:
+        with short_path(path) as address:
             sock.connect(address)
     except BaseException:
         sock.close()
         raise
     return sock
+
+
+def check_free(path: Path) -> None:
+    """Refuse a socket path a ``chronoq broker serve --unix`` must not take over: a file
+    that is not a socket, a socket a live server listens on, or a missing directory.
+    A stale socket (nobody listening: a dead server's) is left to :func:`listen_unix`,
+    which replaces it. Two servers starting at once may both pass; the later one wins.
+
+    :raises InvalidArgument: saying what is at ``path`` and what to do.
+    """
+    if not path.parent.is_dir():
+        raise InvalidArgument(
+            f"{str(path.parent)!r} is not a directory: create it (e.g. mkdir -p) "
+            "or choose another --unix path"
+        )
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise InvalidArgument(
+            f"{str(path)!r} exists and is not a socket: choose another --unix path "
+            "(it is never replaced)"
+        )
+    try:
+        connect_unix(path, 1.0).close()
+    except (ConnectionRefusedError, FileNotFoundError):
+        return  # stale, or gone meanwhile
+    except OSError as e:
+        raise InvalidArgument(
+            f"cannot tell whether a server listens on {str(path)!r} ({e}): "
+            "choose another --unix path"
+        ) from e
+    raise InvalidArgument(
+        f"a server already listens on {str(path)!r}: stop it first, or choose another --unix path"
+    )
 
 
 def inode(path: Path) -> int | None:
@@ -95,4 +137,12 @@ def remove_if_same(path: Path, ino: int | None) -> None:
             path.unlink()
 
 
-__all__ = ["SUN_PATH_MAX", "connect_unix", "inode", "listen_unix", "remove_if_same"]
+__all__ = [
+    "SUN_PATH_MAX",
+    "check_free",
+    "connect_unix",
+    "inode",
+    "listen_unix",
+    "remove_if_same",
+    "short_path",
+]
