@@ -25,6 +25,7 @@ Systems, each in its own child process (so its CPU and RSS are its own):
 
   - ``embedded``: a fresh ``rocksdb://`` temp dir;
   - ``remote``: a ``chronoq broker serve`` child on a free loopback port (``chronoq://``);
+  - ``remote-unix``: the same server on a Unix socket (``--unix``, ``chronoq+unix://``);
   - ``redis``: a ``redis-server`` child on a free loopback port (no persistence).
 
 With ``--batch B`` the chronoq rows schedule with ``job.schedule_many`` in batches
@@ -65,7 +66,7 @@ if __package__ in (None, ""):
 from bench.async_client import redis_server
 from bench.stats import PERCENTILES, ms, percentiles, proc_status
 
-BROKERS = ("embedded", "remote", "redis")
+BROKERS = ("embedded", "remote", "remote-unix", "redis")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 INSTALL_HINT = "pip install 'chronoq[bench]'"
 #: After the last job started, wait this long for duplicates before stopping.
@@ -126,19 +127,24 @@ def tree_peak_rss(proc: Any) -> int:
 
 
 @contextmanager
-def chronoq_server(data_dir: str) -> Iterator[str]:
-    """A ``chronoq broker serve`` child on a free loopback port; its URL."""
+def chronoq_server(data_dir: str, unix: bool = False) -> Iterator[str]:
+    """A ``chronoq broker serve`` child on a free loopback port (or, with ``unix``, on a
+    Unix socket in ``data_dir``'s parent); its URL."""
     exe = shutil.which("chronoq", path=os.path.dirname(sys.executable)) or shutil.which("chronoq")
     if exe is None:
         raise SystemExit("the chronoq command is not installed (pip install -e .)")
-    argv = [exe, "broker", "serve", "--data-dir", data_dir, "--host", "127.0.0.1", "--port", "0"]
+    argv = [exe, "broker", "serve", "--data-dir", data_dir]
+    if unix:
+        argv += ["--unix", os.path.join(os.path.dirname(data_dir), "broker.sock")]
+    else:
+        argv += ["--host", "127.0.0.1", "--port", "0"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     try:
         if not line.startswith("chronoq broker listening on"):
             raise SystemExit(f"chronoq broker serve did not start: {line!r}")
-        yield "chronoq://" + line.split()[4]
+        yield line.split()[-1] if unix else "chronoq://" + line.split()[4]
     finally:
         proc.terminate()
         proc.wait(30)
@@ -150,8 +156,8 @@ def broker_url(kind: str, tmp: str) -> Iterator[str]:
     """A fresh broker of ``kind``, up for the ``with`` block."""
     if kind == "embedded":
         yield f"rocksdb://{os.path.join(tmp, 'embedded')}"
-    elif kind == "remote":
-        with chronoq_server(os.path.join(tmp, "server")) as url:
+    elif kind in ("remote", "remote-unix"):
+        with chronoq_server(os.path.join(tmp, "server"), unix=kind == "remote-unix") as url:
             yield url
     else:
         with redis_server() as url:
@@ -381,7 +387,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--broker",
         default="embedded",
-        help="chronoq broker(s), comma list of embedded, remote, redis (default embedded)",
+        help="chronoq broker(s), comma list of embedded, remote, remote-unix, redis "
+        "(default embedded)",
     )
     p.add_argument("--due-from", type=float, default=5.0, help="s after start (default 5)")
     p.add_argument("--due-to", type=float, default=35.0, help="s after start (default 35)")
