@@ -332,11 +332,17 @@ class SharedBroker(SharedRuntimeCalls, AdapterBase):
 
         return self._call("consumer", join, retry=True)
 
-    def _send_one(self, message: Message) -> SendResult:
+    def send(self, message: Message) -> SendResult:
         """See :meth:`BrokerAdapter.send`."""
         att = self._attachment
-        if att is not None and att.role is Role.OWNER:  # the hot path: no closure, no retry
+        if att is not None and att.role is Role.OWNER and not self._closed:
+            # The hot path of schedule() (issue 16): the owner's broker checks the
+            # message itself, so no check, frame, closure or retry here.
             return att.broker.send(message)
+        return super().send(message)
+
+    def _send_one(self, message: Message) -> SendResult:
+        """See :meth:`BrokerAdapter.send`."""
         return self._call("send", lambda b: b.send(message), retry=False)
 
     def _send_checked(self, messages: Sequence[Message]) -> list[SendResult]:
