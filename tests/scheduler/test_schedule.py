@@ -492,7 +492,7 @@ def test_pending_filters(
     with pytest.raises(InvalidSchedule, match="naive"):
         app.pending(start=NAIVE)
     with pytest.raises(TypeError):
-        app.pending(end="soon")  # type: ignore[arg-type]
+        app.pending(end="soon")  # type: ignore[call-overload]
 
 
 # -- the order auto-close workflow ----------------------------------------------------
