@@ -156,6 +156,27 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
+def thread_switches() -> dict[str, tuple[int, int]]:
+    """Voluntary and involuntary context switches per live thread of this process,
+    by thread name (``/proc/self/task/<tid>/status``; Linux): a voluntary switch is
+    the thread blocking (a wait, or a wake-up that found the GIL taken)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, tuple[int, int]] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/status", encoding="ascii") as f:
+                text = f.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+        name = thread_group(names.get(int(tid), f"tid-{tid}"))
+        vol, inv = out.get(name, (0, 0))
+        vol += int(fields.get("voluntary_ctxt_switches", "0"))
+        inv += int(fields.get("nonvoluntary_ctxt_switches", "0"))
+        out[name] = (vol, inv)
+    return out
+
+
 def stage_rows(
     dues: list[int],
     ids: list[str],
@@ -325,6 +346,7 @@ def run(args: argparse.Namespace) -> int:
             proc = psutil.Process()
             c0 = proc.cpu_times()
             th0 = thread_cpu()
+            sw0 = thread_switches()
             pauses = GcPauses()
             gc.callbacks.append(pauses)
             deadline = start_ms / 1000 + args.due_to + 30
@@ -332,6 +354,7 @@ def run(args: argparse.Namespace) -> int:
                 time.sleep(0.01)
             c1 = proc.cpu_times()
             th1 = thread_cpu()
+            sw1 = thread_switches()
             gc.callbacks.remove(pauses)
             tracked = len(gc.get_objects())  # before this script's own analysis below
         finally:
@@ -367,10 +390,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"lost {lost}, early {sum(1 for x in rows['lateness'] if x < 0)}")
     cpu = (c1.user + c1.system) - (c0.user + c0.system)
     print(f"CPU per job (process, scheduling excluded): {cpu * 1e6 / args.n:.1f} us")
+    print(f"  {'thread':<32} {'CPU':>8}        {'switches/job voluntary / not':>28}")
     for name in sorted(th1, key=lambda k: -(th1[k] - th0.get(k, 0.0))):
         d = th1[name] - th0.get(name, 0.0)
         if d > 0.0005:
-            print(f"  {name:<32} {d * 1e6 / args.n:8.1f} us/job")
+            v1, i1 = sw1.get(name, (0, 0))
+            v0, i0 = sw0.get(name, (0, 0))
+            print(
+                f"  {name:<32} {d * 1e6 / args.n:8.1f} us/job "
+                f"{(v1 - v0) / args.n:14.2f} / {(i1 - i0) / args.n:.2f}"
+            )
     print(
         "GC meanwhile, gen 0/1/2: collections "
         + " / ".join(str(c) for c in pauses.count)
