@@ -8,7 +8,15 @@ each message; lateness is its receipt time minus the due time (ms). The rounds
 alternate one instance (``--single-shards`` shards, default 1) and a 3-master
 cluster (``--cluster-shards``, default 12; several counts, e.g. ``12,3``, are setups
 of their own in every round), all started once by this script on
-loopback ports (tests/redis_server.py).
+loopback ports (tests/redis_server.py). Keyless messages on the cluster go to the
+master of their due time's slice (``RedisBroker(keyless_slice_ms=)``); ``--slices
+8,0`` makes each value its own setup (0: the even spread of before), ``--keyed``
+gives every message a key of its own (placed by the key's hash, never by time).
+
+The firing phase runs with the bench's own objects frozen out of the garbage
+collector (``gc.freeze()`` after sending, in every setup alike): otherwise one
+full collection of this process's ~60k objects, 17-46 ms on this VM, lands in the
+firing phase of some rounds and not others and makes their maximum.
 
 Per round it prints lateness P50/P99/P99.9, the batched send rate, and for the
 firing phase (end of sending to the last receipt) per redis-server: CPU (user +
@@ -28,6 +36,7 @@ Run from the project root::
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import statistics
@@ -92,6 +101,7 @@ class Setup:
     url: str
     nodes: list[Node]
     per_master: bool = False  # RedisBroker's default: one firing thread
+    slice_ms: int | None = None  # None: RedisBroker's default keyless_slice_ms
 
     def flush(self) -> None:
         for n in self.nodes:
@@ -127,7 +137,10 @@ def run_round(setup: Setup, args: argparse.Namespace, shards: int, seed: int) ->
     setup.flush()
     PASSES.starts.clear()
     PASSES.ends.clear()
-    broker = RedisBroker.from_url(setup.url, shards=shards, fire_per_master=setup.per_master)
+    extra = {} if setup.slice_ms is None else {"keyless_slice_ms": setup.slice_ms}
+    broker = RedisBroker.from_url(
+        setup.url, shards=shards, fire_per_master=setup.per_master, **extra
+    )
     consumer = broker.consumer("bench", ["bench"], max_inflight=10_000)
     stop = threading.Event()
     # One ack per message, as a dispatcher settles each job on its own.
@@ -145,9 +158,15 @@ def run_round(setup: Setup, args: argparse.Namespace, shards: int, seed: int) ->
 
     def send(lo: int, hi: int) -> None:
         for i in range(lo, hi, args.batch):
-            broker.send_batch(
-                [Message("bench", body, deliver_at_ms=d) for d in dues[i : min(i + args.batch, hi)]]
-            )
+            j = min(i + args.batch, hi)
+            if args.keyed:  # each its own key: placed by the key's hash
+                batch = [
+                    Message("bench", body, key=f"k{seed}.{k}", deliver_at_ms=dues[k])
+                    for k in range(i, j)
+                ]
+            else:
+                batch = [Message("bench", body, deliver_at_ms=d) for d in dues[i:j]]
+            broker.send_batch(batch)
 
     threads = [threading.Thread(target=send, args=(i, min(i + step, n))) for i in range(0, n, step)]
     t0 = time.perf_counter()
@@ -157,6 +176,8 @@ def run_round(setup: Setup, args: argparse.Namespace, shards: int, seed: int) ->
         t.join()
     send_rate = n / (time.perf_counter() - t0)
     sent = [node.snapshot() for node in setup.nodes]
+    gc.collect()
+    gc.freeze()  # see the module doc: the bench's own full collections, not the broker's
     c0, f0 = cpu_seconds(), time.perf_counter()
     deadline = max(dues) / 1000 + args.grace
     while len(lateness) < n and time.time() < deadline:
@@ -167,6 +188,7 @@ def run_round(setup: Setup, args: argparse.Namespace, shards: int, seed: int) ->
     stop.set()
     worker.join(5)
     broker.close()
+    gc.unfreeze()
     fired = [PASSES.fire_time(d) for d in dues]
     fire_lat = percentiles(t * 1000 - d for t, d in zip(fired, dues, strict=True) if t is not None)
     r = Round(
@@ -224,7 +246,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def summary(singles: list[Round], clusters: list[Round], title: str) -> None:
+def summary(singles: list[Round], clusters: list[Round], title: str, keyed: bool) -> None:
     rows: list[tuple[str, str]] = []
     for key in ("p50", "p99", "p99.9", "send"):
         per: list[float] = []
@@ -235,6 +257,7 @@ def summary(singles: list[Round], clusters: list[Round], title: str) -> None:
         text = " ".join(f"{x:.2f}" for x in per)
         med = f"median {statistics.median(per):.2f}x" if per else "-"
         rows.append((f"{key} cluster/single", f"{text}  ({med})"))
+    rows.append(("keys", "a key per message" if keyed else "keyless"))
     for name, rounds in (("single", singles), ("cluster", clusters)):
         cpu = statistics.median(max(r.cpu_us) for r in rounds)
         total = statistics.median(sum(r.cpu_us) for r in rounds)
@@ -303,6 +326,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ),
     )
     p.add_argument(
+        "--keyed",
+        action="store_true",
+        help="every message with a key of its own (placed by the key's hash, not its due time)",
+    )
+    p.add_argument(
+        "--slices",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=None,
+        help=(
+            "keyless_slice_ms values for the cluster, each its own setup of every shard"
+            " count (e.g. 8,0: by due time, and the even spread); default: the broker's"
+        ),
+    )
+    p.add_argument(
         "--cluster-shards",
         type=lambda v: [int(x) for x in v.split(",")],
         default=[12],
@@ -328,9 +365,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             for node in cluster.nodes:
                 assert node.proc is not None
                 nodes.append(Node(node.port, psutil.Process(node.proc.pid)))
+            slices: list[int | None] = list(args.slices) if args.slices else [None]
             plan = [(single, args.single_shards)] + [
-                (Setup(f"3-master cluster, {n} shards", cluster.url, nodes), n)
+                (
+                    Setup(
+                        f"3-master cluster, {n} shards"
+                        + ("" if sl is None else f", keyless_slice_ms={sl}"),
+                        cluster.url,
+                        nodes,
+                        slice_ms=sl,
+                    ),
+                    n,
+                )
                 for n in args.cluster_shards
+                for sl in slices
             ]
             if args.one_master:
                 alone = one_master_cluster(Path(tmp) / "alone")
@@ -351,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     show(r, args)
                     rounds[setup.name].append(r)
             for setup, _ in plan[1:]:
-                summary(rounds[single.name], rounds[setup.name], setup.name)
+                summary(rounds[single.name], rounds[setup.name], setup.name, args.keyed)
         finally:
             for extra in servers:
                 extra.stop()

@@ -28,12 +28,13 @@ from broker_adapter.base import (
     Consumer,
     retry_topic,
 )
-from broker_adapter.checks import NewDue, check_positive_settings
+from broker_adapter.checks import NewDue, check_int, check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.message import Message
 from broker_adapter.redis import keys as K
 from broker_adapter.redis.acks import AckBatcher
 from broker_adapter.redis.client_calls import (
+    KEYLESS_SLICE_MS,
     abort_call,
     abort_result,
     message_keys,
@@ -110,6 +111,13 @@ class RedisBroker(AdapterBase):
         --per-master``), and while consumers pull, their pulls fire the due messages
         (:meth:`Firer.take_duty <broker_adapter.redis.firer.Firer.take_duty>`): the
         threads keep deadlines, sweeps and what no pull comes for.
+    :param keyless_slice_ms: on a cluster, keyless messages due within one slice of
+        this many ms all go to one master, the masters in turn
+        (:func:`~broker_adapter.redis.client_calls.sliced_shard`): a firing pass then
+        waits for one redis-server instead of every master. ``0``: spread each batch
+        evenly over every shard (the placement before issue 19). Keyed messages go
+        to their key's shard either way.
+    :raises InvalidArgument: for a setting out of range.
     """
 
     def __init__(
@@ -125,6 +133,7 @@ class RedisBroker(AdapterBase):
         fire: bool = True,
         fire_chunk: int = 1000,
         fire_per_master: bool = False,
+        keyless_slice_ms: int = KEYLESS_SLICE_MS,
     ) -> None:
         keys = Keyspace.for_client(prefix, shards, cluster=isinstance(client, redis.RedisCluster))
         check_positive_settings(
@@ -133,6 +142,7 @@ class RedisBroker(AdapterBase):
             retention_ms=retention_ms,
             fire_chunk=fire_chunk,
         )
+        self._slice_ms = check_int("keyless_slice_ms", keyless_slice_ms, minimum=0)
         self.max_body_bytes = max_body_bytes
         self._body_limit = max_body_bytes
         self._max_delay_ms = max_delay_ms
@@ -145,6 +155,9 @@ class RedisBroker(AdapterBase):
         self._rr_lock = threading.Lock()
         with redis_errors("connect"):
             self._scripts.load()
+            # the shards of each master (one group on one instance); slots that move
+            # later only cost speed, every call still goes where its keys are
+            self._masters = self._scripts.by_node(keys.due_keys)
         check_persistence(client)  # one line per server and process if a crash loses sends
         self._news = ReadyNews(client, keys.ready_channel)
         self._acks = AckBatcher(self._scripts, keys)
@@ -157,7 +170,7 @@ class RedisBroker(AdapterBase):
             self._acks.flush,
             retention_ms=retention_ms,
             chunk=fire_chunk,
-            groups=self._scripts.by_node(keys.due_keys) if fire_per_master else None,
+            groups=self._masters if fire_per_master else None,
         )
         self._listener = Listener(client, keys, self._firer, self._news)
         with redis_errors("subscribe"):
@@ -201,7 +214,8 @@ class RedisBroker(AdapterBase):
         with self._rr_lock:
             rr = self._rr
             self._rr = (rr + 1) % keys.shards
-        plan = plan_send(messages, keys, self._clock.now_ms(), self._max_delay_ms, rr)
+        now = self._clock.now_ms()
+        plan = plan_send(messages, keys, now, self._max_delay_ms, rr, self._masters, self._slice_ms)
         with redis_errors("send"):
             replies = self._scripts.fan("send", plan.due_keys, (keys.wake_channel,), plan.groups)
         results, wakes = plan.results(replies)

@@ -78,17 +78,30 @@ class SendPlan:
 
 
 def plan_send(
-    messages: Sequence[Message], keys: Keyspace, now: int, max_delay_ms: int, rr: int
+    messages: Sequence[Message],
+    keys: Keyspace,
+    now: int,
+    max_delay_ms: int,
+    rr: int,
+    masters: Sequence[Sequence[int]] | None = None,
+    slice_ms: int = 0,
 ) -> SendPlan:
     """Cut checked ``messages`` into ``send.lua`` shard groups: keyed ones go to their
-    key's shard, keyless ones in equal runs over the shards starting at shard ``rr``.
-    Each message is one msgpack record packed here (``send.lua`` stores it as it is).
+    key's shard; keyless ones in equal runs over the shards starting at shard ``rr``,
+    or, given ``masters`` (more than one) and ``slice_ms``, to the master of their due
+    time's slice (:func:`sliced_shard`). Each message is one msgpack record packed
+    here (``send.lua`` stores it as it is).
 
+    :param masters: the shards each master of a cluster holds (a stale grouping only
+        costs speed: every call goes where its keys are).
+    :param slice_ms: the length of a due-time slice (``0``: equal runs).
     :raises InvalidDelay: when a message is due after ``now + max_delay_ms``; nothing
         is sent then.
     """
     limit = now + max_delay_ms
     count = keys.shards
+    by_due = masters if masters is not None and len(masters) > 1 and slice_ms > 0 else None
+    placed = [0] * len(by_due) if by_due is not None else []
     pack = msgpack.Packer(use_bin_type=False).pack
     # per shard: message indexes, keyless counts per topic, the records
     per_shard: dict[int, tuple[list[int], dict[str, int], list[Any]]] = {}
@@ -106,9 +119,12 @@ def plan_send(
         dues.append(due)
         key = m.key
         if key is None:
-            # keyless messages: the batch is cut into equal runs, one per shard
-            shard = (rr + j * count // keyless) % count if count > 1 else 0
-            j += 1
+            if by_due is not None:
+                shard = sliced_shard(due, by_due, slice_ms, rr, placed)
+            else:
+                # keyless messages: the batch is cut into equal runs, one per shard
+                shard = (rr + j * count // keyless) % count if count > 1 else 0
+                j += 1
         else:
             shard = K.key_shard(m.topic, key, count)
         entry = per_shard.get(shard)
@@ -141,6 +157,34 @@ def plan_send(
         tuple(per_shard[s][0] for s in shards),
         tuple(dues),
     )
+
+
+#: Default length (ms) of a due-time slice whose keyless messages go to one master
+#: (:func:`sliced_shard`; ``bench/redis_cluster_fire.py --slices``).
+KEYLESS_SLICE_MS = 8
+#: Keyless messages one master takes in one shard of a batch before its next shard
+#: (a big batch due in one slice still fires from several shards, a chunk each).
+SLICE_RUN = 500
+
+
+def sliced_shard(
+    due: int, masters: Sequence[Sequence[int]], slice_ms: int, rr: int, placed: list[int]
+) -> int:
+    """The shard of a keyless message due at ``due`` when keyless messages are placed by
+    due time (issue 19): every message due in one ``slice_ms`` slice, from any batch
+    and any process, lies on ONE master (slices take the masters in turn), so a
+    firing pass at a due millisecond waits for one redis-server, not for every
+    master to get a CPU in that millisecond. Within the master, a batch starts at its
+    shard ``rr`` and moves on every :data:`SLICE_RUN` messages.
+
+    :param placed: per master, the batch's keyless messages placed there so far
+        (updated).
+    """
+    m = (due // slice_ms) % len(masters)
+    mine = masters[m]
+    k = placed[m]
+    placed[m] = k + 1
+    return mine[(rr + k // SLICE_RUN) % len(mine)]
 
 
 def abort_call(

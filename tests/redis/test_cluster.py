@@ -16,6 +16,7 @@ from broker_adapter.errors import ConnectionFailed, InvalidArgument
 from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
 from broker_adapter.redis import keys as K
+from broker_adapter.redis.client_calls import KEYLESS_SLICE_MS
 from broker_adapter.redis.connect import open_client
 from broker_adapter.redis.firer import Firer
 from broker_adapter.redis.news import ReadyNews
@@ -125,9 +126,11 @@ def test_shards_and_pending_messages_spread_evenly_over_the_masters(
     finally:
         rc.close()
     assert sorted(owners.count(n.port) for n in cluster.nodes) == [K.DEFAULT_SHARDS // 3] * 3
-    # When: 6,000 keyless and 3,000 keyed messages are sent
-    for _ in range(30):
-        broker.send_batch([Message("spread", b"x", delay_ms=60_000) for _ in range(200)])
+    # When: 6,000 keyless messages due over a minute and 3,000 keyed ones are sent
+    for b in range(30):
+        broker.send_batch(
+            [Message("spread", b"x", delay_ms=60_000 + (b * 200 + i) * 10) for i in range(200)]
+        )
     broker.send_batch(
         [Message("spread", b"k", key=f"order:{i}", delay_ms=60_000) for i in range(3_000)]
     )
@@ -141,11 +144,17 @@ def test_shards_and_pending_messages_spread_evenly_over_the_masters(
 def test_cluster_delivers_across_every_master(cluster_harness: Harness) -> None:
     broker = cluster_harness.broker
     c = broker.consumer("g", ["spread"])
+    # batch b is due in slice b (the masters in turn) and starts at shard b of its
+    # master: the 12 batches cover every (master, shard) pair
+    at = (START_MS // KEYLESS_SLICE_MS + 1) * KEYLESS_SLICE_MS
     ids = {
         r.msg_id
-        for _ in range(12)
-        for r in broker.send_batch([Message("spread", b"x") for _ in range(50)])
+        for b in range(12)
+        for r in broker.send_batch(
+            [Message("spread", b"x", deliver_at_ms=at + b * KEYLESS_SLICE_MS) for _ in range(50)]
+        )
     }
+    cluster_harness.clock.advance(200)
     got = pull_until(c, 600, timeout=30, max_messages=100)
     assert {m.msg_id for m in got} == ids
     assert {m.msg_id.split("-")[0] for m in got} == {str(s) for s in range(K.DEFAULT_SHARDS)}
@@ -172,7 +181,8 @@ def quiet(cluster: RedisClusterProcs) -> Iterator[tuple[RedisBroker, Any, Manual
     factory.cleanup()
     client, _opts = open_client(cluster.url)
     clock = ManualClock(START_MS)
-    broker = RedisBroker(client, clock=clock, fire=False)
+    # keyless batches spread evenly over every shard (the tests below count on it)
+    broker = RedisBroker(client, clock=clock, fire=False, keyless_slice_ms=0)
     try:
         yield broker, client, clock
     finally:
@@ -392,3 +402,61 @@ def test_a_send_whose_reply_is_lost_is_not_sent_again(
     after = _evalsha_calls(cluster)
     assert [x - y for x, y in zip(after, before, strict=True)] == [1, 1, 1]  # one per master
     assert broker.stats().topics["t"].pending == 24 + 120
+
+
+def test_keyless_messages_due_in_one_slice_lie_on_one_master_and_a_pass_calls_it_alone(
+    cluster: RedisClusterProcs,
+) -> None:
+    ClusterFactory(cluster).cleanup()
+    client, _opts = open_client(cluster.url)
+    clock = ManualClock(START_MS)
+    broker = RedisBroker(client, clock=clock, fire=False)
+    try:
+        keys = broker.keyspace
+        masters = Scripts(client).by_node(keys.due_keys)
+        port_of = [client.get_node_from_key(keys.due_keys[g[0]]).port for g in masters]
+        slice0 = START_MS // KEYLESS_SLICE_MS + 10
+        c = broker.consumer("g", ["sl"])
+        # Given: batches of keyless messages due over 6 slices, each slice in every batch
+        sent = []
+        for b in range(8):
+            sent += broker.send_batch(
+                [
+                    Message("sl", b"%d" % i, deliver_at_ms=(slice0 + i % 6) * KEYLESS_SLICE_MS + b)
+                    for i in range(60)
+                ]
+            )
+        # Then: slice k's messages all lie on master k % 3 (in turn), and a batch of up
+        # to SLICE_RUN messages used one shard per master
+        master_of = {s: m for m, g in enumerate(masters) for s in g}
+        for r in sent:
+            k = r.deliver_at_ms // KEYLESS_SLICE_MS - slice0
+            shard = int(r.msg_id.split("-")[0])
+            assert master_of[shard] == (slice0 + k) % 3, (r, k)
+        for b in range(8):
+            assert len({r.msg_id.split("-")[0] for r in sent[b * 60 : (b + 1) * 60]}) == 3
+        firer = Firer(
+            Scripts(client),
+            client,
+            keys,
+            clock,
+            ReadyNews(client, keys.ready_channel),
+            lambda: None,
+            retention_ms=DEFAULT_RETENTION_MS,
+        )
+        assert firer.fire_once() == 0  # the first pass sweeps every shard: learns the heads
+        ports = _ports(cluster)
+        fired = 0
+        for k in range(6):
+            # When: a pass runs at the end of slice k, Then it calls that slice's master only
+            clock.set((slice0 + k) * KEYLESS_SLICE_MS + KEYLESS_SLICE_MS - 1)
+            before = _evalsha_calls(cluster)
+            fired += firer.fire_once()
+            delta = [a - b for a, b in zip(_evalsha_calls(cluster), before, strict=True)]
+            assert delta == [1 if p == port_of[(slice0 + k) % 3] else 0 for p in ports]
+        assert fired == 480
+        got = pull_until(c, 480, timeout=30, max_messages=480)
+        assert sorted(m.msg_id for m in got) == sorted(r.msg_id for r in sent)
+    finally:
+        broker.close()
+        ClusterFactory(cluster).cleanup()

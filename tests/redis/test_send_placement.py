@@ -1,0 +1,69 @@
+"""Where a send batch's messages go (``plan_send``, no Redis needed): keyed ones to
+their key's shard; keyless ones in equal runs over every shard, or on a cluster to
+the master of their due time's slice (issue 19)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from broker_adapter.message import Message
+from broker_adapter.redis import keys as K
+from broker_adapter.redis.client_calls import SLICE_RUN, plan_send
+
+NOW = 1_700_000_000_000
+#: 12 shards on 3 masters, as ``Scripts.by_node`` groups a fresh 3-master cluster's
+MASTERS = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+KEYS = K.Keyspace.build("cq", 12)
+
+
+def _shards(
+    plan_dues: list[int], slice_ms: int, rr: int, masters: list[list[int]] | None
+) -> list[int]:
+    msgs = [Message("t", b"x", deliver_at_ms=d) for d in plan_dues]
+    plan = plan_send(msgs, KEYS, NOW, 10**12, rr, masters, slice_ms)
+    shard_of = [0] * len(msgs)
+    for s, idx in zip(plan.shards, plan.indexes, strict=True):
+        for i in idx:
+            shard_of[i] = s
+    return shard_of
+
+
+def test_keyless_messages_of_one_slice_go_to_its_master_the_masters_in_turn() -> None:
+    rng = random.Random(7)
+    dues = [NOW + rng.randrange(60_000) for _ in range(400)]
+    for rr in range(12):
+        shard_of = _shards(dues, 8, rr, MASTERS)
+        for due, s in zip(dues, shard_of, strict=True):
+            assert s in MASTERS[(due // 8) % 3]
+        # a batch below SLICE_RUN per master uses one shard of each: three groups
+        assert len(set(shard_of)) == 3
+        assert {s % 4 for s in shard_of} == {rr % 4}
+
+
+def test_a_big_keyless_batch_due_in_one_slice_moves_on_every_slice_run() -> None:
+    due = (NOW // 8 + 5) * 8
+    shard_of = _shards([due] * (SLICE_RUN * 4 + 1), 8, 1, MASTERS)
+    m = MASTERS[(due // 8) % 3]
+    runs = [shard_of[i * SLICE_RUN] for i in range(5)]
+    assert runs == [m[1], m[2], m[3], m[0], m[1]]
+    assert all(shard_of[i] == runs[i // SLICE_RUN] for i in range(len(shard_of)))
+
+
+@pytest.mark.parametrize(("slice_ms", "masters"), [(0, MASTERS), (8, None), (8, [list(range(12))])])
+def test_keyless_batches_spread_evenly_without_slices_or_with_one_master(
+    slice_ms: int, masters: list[list[int]] | None
+) -> None:
+    dues = [NOW + 1_000 + i for i in range(120)]
+    shard_of = _shards(dues, slice_ms, 5, masters)
+    assert [shard_of.count(s) for s in range(12)] == [10] * 12
+    assert shard_of[:10] == [5] * 10  # equal runs from shard rr
+
+
+def test_keyed_messages_go_to_their_key_shard_whatever_the_slices() -> None:
+    msgs = [Message("t", b"x", key=f"k{i}", deliver_at_ms=NOW + 8 * i) for i in range(50)]
+    plan = plan_send(msgs, KEYS, NOW, 10**12, 0, MASTERS, 8)
+    for s, idx in zip(plan.shards, plan.indexes, strict=True):
+        for i in idx:
+            assert s == K.key_shard("t", f"k{i}", 12)
