@@ -5,6 +5,7 @@ Run from the project root (``/work/main``)::
     .venv/bin/python bench/remote_start_breakdown.py                    # N=20,000 over 3-13 s
     .venv/bin/python bench/remote_start_breakdown.py --n 100000 --due-to 35
     .venv/bin/python bench/remote_start_breakdown.py --profile 25       # + cProfile, both sides
+    .venv/bin/python bench/remote_start_breakdown.py --unix             # chronoq+unix://
 
 ``bench/job_start_breakdown.py`` across a process boundary: a broker server child
 (``chronoq broker serve``'s own :func:`~broker_adapter.server.cli.serve_main`, on a
@@ -200,15 +201,19 @@ def _control(inp: IO[str], out: IO[str], pauses: GcPauses, profiles: ThreadProfi
 class ServerChild:
     """The server child process, and its control commands."""
 
-    def __init__(self, data_dir: str, profile: bool) -> None:
+    def __init__(self, data_dir: str, profile: bool, unix: bool = False) -> None:
         argv = [sys.executable, os.path.abspath(__file__), "--serve-child", "--data-dir", data_dir]
-        argv += ["--host", "127.0.0.1", "--port", "0"] + (["--profile"] if profile else [])
+        if unix:  # chronoq+unix:// on a socket next to the data directory
+            argv += ["--unix", os.path.join(os.path.dirname(data_dir), "broker.sock")]
+        else:
+            argv += ["--host", "127.0.0.1", "--port", "0"]
+        argv += ["--profile"] if profile else []
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = self._line()
         if not line.startswith("chronoq broker listening on"):
             self.stop()
             raise SystemExit(f"the broker server did not start: {line!r}")
-        self.url = "chronoq://" + line.split()[4]
+        self.url = line.split()[-1] if unix else "chronoq://" + line.split()[4]
 
     def _line(self) -> str:
         assert self.proc.stdout is not None
@@ -294,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
         profiles.install()
     stamps = StageStamps()
     pauses = GcPauses()
-    server = ServerChild(os.path.join(tmp, "server"), bool(args.profile))
+    server = ServerChild(os.path.join(tmp, "server"), bool(args.profile), args.unix)
     try:
         app = Scheduler(server.url, topic="bench.breakdown")
         job = app.job(name="bench.breakdown.job")(body)
@@ -349,7 +354,8 @@ def run(args: argparse.Namespace) -> int:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"== remote_start_breakdown: N={args.n:,} due {args.due_from:g}-{args.due_to:g} s, "
-        f"chronoq:// on loopback, scheduled at {args.n / sched_s:,.0f}/s, load {load} =="
+        f"{'chronoq+unix://' if args.unix else 'chronoq:// on loopback'}, "
+        f"scheduled at {args.n / sched_s:,.0f}/s, load {load} =="
     )
     print_stage_table(rows, list(LABELS.items()))
     print(
@@ -378,6 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["--serve-child"]:
         return serve_child(argv[1:])
     p = breakdown_parser(__doc__)
+    p.add_argument(
+        "--unix", action="store_true", help="serve on a Unix socket (chronoq+unix://), not TCP"
+    )
     return run(p.parse_args(argv))
 
 
