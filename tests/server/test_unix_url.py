@@ -258,6 +258,19 @@ def test_serve_unix_replaces_a_stale_socket(tmp_path: Path, sock_dir: Path) -> N
         s.stop()
 
 
+def test_backup_through_the_unix_url(tmp_path: Path, server: UnixServer) -> None:
+    with open_broker(server.url) as b:
+        b.send(Message("bk", b"x", delay_ms=60_000))
+    dest = tmp_path / "backup"
+    r = chronoq("broker", "backup", str(dest), "--url", server.url, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["path"] == str(dest)
+    with open_broker(f"rocksdb://{dest}?share=0") as copy:
+        assert copy.stats().topics["bk"].pending == 1
+    r = chronoq("broker", "backup", str(tmp_path / "b2"), "--url", "chronoq+unix://b.sock")
+    assert r.returncode == 2 and "relative path" in r.stderr
+
+
 # -- the scheduler, chronoq run and the inspection commands ------------------------------------
 
 APP = textwrap.dedent(
