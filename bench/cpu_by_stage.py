@@ -240,6 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=16)
     p.add_argument("--timeout", type=float, default=30.0)
     p.add_argument("--batch", type=int, default=0, help="chronoq: schedule_many batches")
+    p.add_argument("--no-inline", action="store_true", help="chronoq: inline_jobs=False")
     p.add_argument(
         "--system", default="apscheduler,chronoq", help="apscheduler, chronoq (comma list)"
     )
@@ -256,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             argv_c = [sys.executable, os.path.abspath(__file__), "--child", system]
             for opt in ("n", "due_from", "due_to", "seed", "timeout", "batch"):
                 argv_c += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
+            if args.no_inline:
+                argv_c.append("--no-inline")
             rc = subprocess.call([*argv_c, "--result", result])
             if rc != 0:
                 print(f"{system}: the child failed (exit status {rc})", file=sys.stderr)

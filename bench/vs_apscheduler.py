@@ -217,7 +217,7 @@ def run_chronoq(args: argparse.Namespace, rec: Recorder, proc: Any) -> dict[str,
         with broker_url(args.broker, tmp) as url:
             app = Scheduler(url, topic="bench.vs")
             job = app.job(name="bench.vs.record")(rec.record)
-            dispatcher = Dispatcher(app)
+            dispatcher = Dispatcher(app, inline_jobs=not args.no_inline)
             dispatcher.open()
             tune_gc()  # as chronoq run does once the dispatcher joined
             thread = threading.Thread(target=dispatcher.run_forever, name="bench-dispatcher")
@@ -319,6 +319,7 @@ def run_child(system: str, n: int, args: argparse.Namespace, tmp: str) -> dict[s
         str(args.timeout),
         "--batch",
         str(args.batch),
+        *(["--no-inline"] if args.no_inline else []),
         "--out",
         out,
         "--result",
@@ -401,6 +402,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="chronoq: schedule_many in batches of this size (default 0: schedule() each)",
     )
     p.add_argument("--no-apscheduler", action="store_true", help="chronoq rows only")
+    p.add_argument(
+        "--no-inline",
+        action="store_true",
+        help="chronoq: Dispatcher(inline_jobs=False), every job to a pool thread",
+    )
     p.add_argument("--json", action="store_true", help="also print one JSON line per row")
     p.add_argument("--child", choices=("apscheduler", "chronoq"), help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)

@@ -56,6 +56,7 @@ from workers.executors.base import Executor
 from workers.executors.factory import default_executors
 from workers.hooks import DispatchHook
 from workers.inflight import InFlight
+from workers.inline_runs import InlineRuns
 from workers.limits import job_limits
 from workers.pull_loop import PullLoop
 from workers.routing import skip_reason, topics_for
@@ -95,6 +96,9 @@ class Dispatcher:
         their outcome should come within the invisible time.
     :param hooks: more :class:`~workers.hooks.DispatchHook`\\ s, called after the
         built-in ones, in this order.
+    :param inline_jobs: in :meth:`run_forever`, the pulling thread runs the last
+        local job of a pull itself (:mod:`workers.inline_runs`); ``False``: every
+        job goes to the executor's threads.
     """
 
     def __init__(
@@ -110,6 +114,7 @@ class Dispatcher:
         trace: DeliveryTrace | None = None,
         max_awaiting: int = DEFAULT_MAX_AWAITING,
         hooks: Iterable[DispatchHook] = (),
+        inline_jobs: bool = True,
     ) -> None:
         settings = app.settings
         self.app = app
@@ -128,6 +133,7 @@ class Dispatcher:
         self.drain_timeout_s = drain_timeout_s
         self._trace = trace
         self._hooks = tuple(hooks)
+        self.inline_jobs = inline_jobs
         self._log = logging.getLogger("chronoq.workers.Dispatcher")
         self._flow = InFlight(self.capacity, self.max_awaiting)
         self._loop: PullLoop | None = None  # once joined (open)
@@ -226,11 +232,17 @@ class Dispatcher:
         """
         loop = self.open()
         stop = self._stop
+
+        def stopping() -> bool:
+            return stop.is_set() or (stop_event is not None and stop_event.is_set())
+
+        inline = InlineRuns(loop, stopping, self.drain, self._log) if self.inline_jobs else None
+        step = loop.step if inline is None else inline.step
         outage = BrokerOutage(self._log, f"group {self.group}")
         try:
-            while not stop.is_set() and not (stop_event is not None and stop_event.is_set()):
+            while not stopping():
                 try:
-                    got = loop.step(poll_ms)
+                    got = step(poll_ms)
                 except ConnectionFailed as e:  # the broker restarts or is cut off: wait
                     stop.wait(outage.failed(e))
                     continue
@@ -238,6 +250,8 @@ class Dispatcher:
                 if not got and exit_when_idle and self._idle(loop, any_pending=True):
                     break
         finally:
+            if inline is not None:
+                inline.close()
             self.drain()
         return self.processed
 

@@ -97,9 +97,17 @@ class PullLoop:
         self._left: dict[str, str | None] = {}  # executor -> self._leaves(executor), once
         # Executors that run a job without a future (LocalExecutor.start_job, issue 16);
         # by exact type, so a subclass that overrides submit keeps getting its calls.
+        local = {name: ex for name, ex in executors.items() if type(ex) is LocalExecutor}
         self._direct: dict[str, Callable[[JobSpec, JobCall, ReceivedMessage, Done], QueuedCall]] = {
-            name: ex.start_job for name, ex in executors.items() if type(ex) is LocalExecutor
+            name: ex.start_job for name, ex in local.items()
         }
+        # Running a pull's last job in the pulling thread (workers.inline_runs): how, and
+        # the most slots held then (the executor's threads, so no more jobs run at once).
+        self._local = local
+        self._inline_now = False  # the message being dispatched may run inline
+        self._inline: tuple[QueuedCall, str, LocalExecutor] | None = None
+        #: Jobs not run inline any more: one ran longer than an inline run should.
+        self.long_jobs: set[str] = set()
         self._log = log
         self._settler = Settler(consumer, log)
         self._decider = RetryDecider()
@@ -118,9 +126,13 @@ class PullLoop:
 
     # -- per pull -------------------------------------------------------------------------
 
-    def step(self, wait_ms: int) -> int:
+    def step(self, wait_ms: int, *, inline: bool = False) -> int:
         """One pull (waiting up to ``wait_ms``) and dispatch; returns messages pulled, or
-        -1 when all slots were taken (it waited for one instead: busy, not idle)."""
+        -1 when all slots were taken (it waited for one instead: busy, not idle).
+
+        :param inline: the pull's last message, a local job, is not queued but kept
+            for the caller to run (:meth:`take_inline`) when few enough slots are held.
+        """
         for tick in self.calls.tick:
             wish = tick()
             if wish is not None and wish < wait_ms:
@@ -132,9 +144,19 @@ class PullLoop:
         if msgs:
             for on_pulled in self.calls.on_pulled:
                 on_pulled(msgs)
+            last = msgs[-1]
             for m in msgs:
+                if m is last:
+                    self._inline_now = inline
                 self._dispatch(m)
+            self._inline_now = False
         return len(msgs)
+
+    def take_inline(self) -> tuple[QueuedCall, str, LocalExecutor] | None:
+        """The job :meth:`step` kept for its caller to run, its name and executor; once."""
+        kept = self._inline
+        self._inline = None
+        return kept
 
     def _dispatch(self, m: ReceivedMessage) -> None:
         key = m.key
@@ -259,7 +281,15 @@ class PullLoop:
         try:
             direct = self._direct.get(spec.executor)
             if direct is not None:
-                run.queued = direct(spec, run.call, run.message, partial(self._ended, run, job))
+                done = partial(self._ended, run, job)
+                if self._inline_now and spec.name not in self.long_jobs:
+                    local = self._local[spec.executor]
+                    if self._flow.slots_taken <= local.max_workers:  # this one included
+                        self._inline_now = False
+                        run.queued = local.prepare_job(spec, run.call, run.message, done)
+                        self._inline = (run.queued, spec.name, local)
+                        return
+                run.queued = direct(spec, run.call, run.message, done)
                 return
             executor = self._executors.get(spec.executor)
             if executor is None:

@@ -90,12 +90,36 @@ class QueuedCall:
         else:
             _report(done, True, result, None)
 
+    def run_here(self) -> None:
+        """:meth:`run` in a thread that is not the pool's (the dispatcher's, running a
+        job itself: :mod:`workers.inline_runs`): an exception that is not an
+        :class:`Exception` (``KeyboardInterrupt``, ``SystemExit``) is reported as the
+        job's error and then raised again, so that it still stops that thread."""
+        done = self._take()
+        fn, args = self.fn, self.args
+        self.fn, self.args = None, ()
+        if done is None or fn is None:
+            return
+        try:
+            result = fn(*args)
+        except Exception as e:  # noqa: BLE001 - reported to the callback
+            _report(done, True, None, e)
+        except BaseException as e:
+            _report(done, True, None, e)
+            raise
+        else:
+            _report(done, True, result, None)
+
 
 def _report(done: Done, started: bool, result: Any, error: BaseException | None) -> None:
     try:
         done(started, result, error)
     except Exception:  # noqa: BLE001 - as a Future's done callback: logged, the thread goes on
         _log.exception("done callback %r raised", done)
+
+
+def _ignore(started: bool, result: Any, error: BaseException | None) -> None:
+    """A done callback for a call whose end matters to no one."""
 
 
 class _FutureCall:
@@ -167,6 +191,11 @@ class JobThreads:
         call = QueuedCall(fn, args, done)
         self._put(call)
         return call
+
+    def check_open(self) -> None:
+        """:raises RuntimeError: after :meth:`shutdown`."""
+        if self._shut:
+            raise RuntimeError("cannot schedule new futures after shutdown")
 
     def _put(self, call: QueuedCall | _FutureCall) -> None:
         with self._lock:
@@ -259,6 +288,26 @@ class LocalExecutor:
         """
         ctx = contextvars.copy_context()
         return self._pool.start(ctx.run, (run_job, spec.func, call.args, call.kwargs), done)
+
+    def prepare_job(
+        self, spec: JobSpec, call: JobCall, message: ReceivedMessage, done: Done
+    ) -> QueuedCall:
+        """:meth:`start_job`'s call without queueing it: for a dispatcher thread that runs
+        the job itself (:meth:`QueuedCall.run_here`, see :mod:`workers.inline_runs`).
+
+        :raises RuntimeError: when the executor is shut down.
+        """
+        self._pool.check_open()
+        ctx = contextvars.copy_context()
+        return QueuedCall(ctx.run, (run_job, spec.func, call.args, call.kwargs), done)
+
+    def occupy(self, until: threading.Event) -> None:
+        """Keep one of the pool's threads waiting until ``until`` is set: a job run
+        outside the pool (:mod:`workers.inline_runs`) takes a thread's place.
+
+        :raises RuntimeError: when the executor is shut down.
+        """
+        self._pool.start(until.wait, (), _ignore)
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop the pool; jobs not yet started are cancelled, running ones finish."""
