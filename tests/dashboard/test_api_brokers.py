@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 import httpx
 
 from broker_adapter import BrokerAdapter, MessageState, open_broker
+from broker_adapter.urls import ADAPTERS
 from tests.dashboard.conftest import make_app, start_dashboard
 from tests.server.serverproc import ServerProcess
+from workers.dashboard.context import broker_kind
 
 
 def _smoke(url: str, broker: BrokerAdapter, kind: str, log: Path) -> None:
@@ -53,3 +56,21 @@ def test_dashboard_on_a_chronoq_server(tmp_path: Path) -> None:
 def test_dashboard_on_redis(redis_url: str, tmp_path: Path) -> None:
     with open_broker(redis_url) as broker:
         _smoke(redis_url, broker, "redis", tmp_path / "dashboard.log")
+
+
+NO_BROKER = cast(BrokerAdapter, None)  # a URL decides the kind; the broker is not read
+
+
+def test_every_shipped_scheme_has_its_broker_kind() -> None:
+    # derived from the URL table, so a new scheme (chronoq+unix://) is not "other"
+    assert {scheme: broker_kind(NO_BROKER, f"{scheme}://x") for scheme in ADAPTERS} == {
+        "rocksdb": "rocksdb",
+        "memory": "memory",
+        "chronoq": "chronoq",
+        "chronoq+unix": "chronoq",
+        "redis": "redis",
+        "rediss": "redis",
+        "redis+cluster": "redis",
+        "redis+sentinel": "redis",
+    }
+    assert broker_kind(NO_BROKER, "kafka://x") == "other"

@@ -9,23 +9,13 @@ from importlib import metadata
 from pathlib import Path
 
 from broker_adapter.base import BrokerAdapter
-from broker_adapter.urls import open_broker, split_url
+from broker_adapter.urls import ADAPTERS, open_broker, split_url
 from scheduler.scheduler import Scheduler
 from scheduler.trace_format import default_trace_dir
 from workers.dashboard.lateness import TraceIndex
 from workers.dashboard.sampler import DEFAULT_INTERVAL_S, RateSampler
 
-#: URL scheme -> the ``broker_kind`` that ``api/config`` reports.
-KINDS = {
-    "rocksdb": "rocksdb",
-    "memory": "memory",
-    "chronoq": "chronoq",
-    "redis": "redis",
-    "rediss": "redis",
-    "redis+cluster": "redis",
-    "redis+sentinel": "redis",
-}
-#: Adapter module (under ``broker_adapter.``) -> ``broker_kind``, for a broker passed in.
+#: Adapter module (under ``broker_adapter.``) -> ``broker_kind``.
 _MODULE_KINDS = {
     "shared": "rocksdb",
     "embedded": "rocksdb",
@@ -35,13 +25,26 @@ _MODULE_KINDS = {
 }
 
 
+def _module_kind(module: str) -> str:
+    package, _, rest = module.partition(".")
+    return (
+        _MODULE_KINDS.get(rest.partition(".")[0], "other")
+        if package == "broker_adapter"
+        else "other"
+    )
+
+
+#: URL scheme -> the ``broker_kind`` that ``api/config`` reports (from the adapter that
+#: serves the scheme, so a new scheme of a shipped adapter needs no entry here).
+KINDS = {scheme: _module_kind(target.partition(":")[0]) for scheme, target in ADAPTERS.items()}
+
+
 def broker_kind(broker: BrokerAdapter, url: str | None = None) -> str:
     """``"rocksdb"``, ``"chronoq"``, ``"redis"`` or ``"memory"`` (``"other"`` for an
     adapter chronoq does not ship)."""
     if url is not None:
         return KINDS.get(split_url(url)[0], "other")
-    parts = type(broker).__module__.split(".")
-    return _MODULE_KINDS.get(parts[1], "other") if parts[0] == "broker_adapter" else "other"
+    return _module_kind(type(broker).__module__)
 
 
 def version() -> str:
