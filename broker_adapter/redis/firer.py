@@ -117,6 +117,10 @@ class Firer:
         self._active = False  # threads started: pulls may fire too
         self._duty: float | None = None  # the due time a waiting pull will fire
         self._pull_fired = -float(DUTY_GRACE_MS)  # broker ms of the last pull's firing
+        # A thread's pass hides its shards' heads until it ends; a pull refused the duty
+        # meanwhile is owed news then (else it slept until the grace ran out: ~20 ms).
+        self._passing = 0
+        self._owed = False
         self._publish = True  # until the first sweep has counted the listeners
         self.log = logging.getLogger("chronoq.broker_adapter.Firer")
         self.log.addHandler(logging.NullHandler())
@@ -156,6 +160,8 @@ class Firer:
                 return None
             soonest = min(self._heads)
             if soonest > by_ms:
+                if self._passing:
+                    self._owed = True
                 return None
             self._duty = soonest
             return soonest
@@ -299,7 +305,20 @@ class Firer:
                     heads[s] = _NEVER
                     if scan:
                         deadlines[s] = _NEVER
+            if shards:
+                self._passing += 1  # until fire_once's pass ends (_pass_ended)
         return shards, scans, any(scans)
+
+    def _pass_ended(self) -> None:
+        """A thread's pass (picked by :meth:`_pick`) is over: its shards' heads are known
+        again, so a pull refused the duty meanwhile looks again."""
+        with self._cond:
+            self._passing -= 1
+            owed = self._owed and not self._passing
+            if owed:
+                self._owed = False
+        if owed:
+            self._news.tell(())
 
     def _pulls_fire(self, now: float) -> bool:
         """Whether due messages are left to pulls now (lock held)."""
@@ -332,17 +351,20 @@ class Firer:
         shards, scans, expiring = self._pick(now, group)
         if not shards:
             return 0
-        if expiring:
-            # This pass may expire deliveries: acks this process already answered
-            # True for must land first, or an acked message would come back.
-            self._flush_acks()
-        name, _, common, per = self.fire_step(shards, scans, now)
         try:
-            results = self._scripts.fan(name, [keys.due_keys[s] for s in shards], common, per)
-        except Exception:
-            self.not_fired(shards, scans)
-            raise
-        moved_in = self.fired(shards, results, now)
+            if expiring:
+                # This pass may expire deliveries: acks this process already answered
+                # True for must land first, or an acked message would come back.
+                self._flush_acks()
+            name, _, common, per = self.fire_step(shards, scans, now)
+            try:
+                results = self._scripts.fan(name, [keys.due_keys[s] for s in shards], common, per)
+            except Exception:
+                self.not_fired(shards, scans)
+                raise
+            moved_in = self.fired(shards, results, now)
+        finally:
+            self._pass_ended()
         if moved_in:
             self._news.tell(moved_in)  # other processes hear it from fire.lua
         return sum(r[0] for r in results)

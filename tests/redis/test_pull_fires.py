@@ -3,6 +3,7 @@ it in one round trip; the firing threads keep what no pull comes for (issue 16).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -182,3 +183,44 @@ def test_a_picked_shard_is_the_pulls_until_its_reply(
     [results] = scripts.fan_steps(keys.due_keys, [f.fire_step(shards, [False], now)])
     assert f.fired(shards, results, now) == []  # no record for "1": nothing moved
     assert f.next_due(0) == float("inf")
+
+
+class HeldScripts(Scripts):
+    """Real scripts whose firing passes wait for ``release`` first (a double, in addition)."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def fan(self, name: str, keys: Any, common: Any, per_shard: Any) -> list[Any]:
+        if name == "fire":
+            self.entered.set()
+            assert self.release.wait(10)
+        return super().fan(name, keys, common, per_shard)
+
+
+def test_a_pull_refused_the_duty_during_a_threads_pass_hears_when_the_pass_ends(
+    redis_url: str,
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    keys = Keyspace.build("cq", 1)
+    scripts = HeldScripts(client)
+    scripts.load()
+    news = ReadyNews(client, keys.ready_channel)
+    f = Firer(scripts, client, keys, SystemClock(), news, lambda: None, retention_ms=60_000)
+    f.start()
+    try:
+        # Given the thread's first pass (a sweep of the empty shard) in flight: it hides
+        # the shard's head, so a pull is refused the duty
+        assert scripts.entered.wait(10)
+        epoch = news.epoch
+        assert f.take_duty(now_ms() + 100) is None
+        # When the pass ends, having moved nothing, Then the pull hears of it (it would
+        # otherwise sleep until news, or the firing threads' grace)
+        scripts.release.set()
+        assert news.wait_changed(epoch, 5)
+    finally:
+        scripts.release.set()
+        f.close()
+        client.close()
