@@ -96,9 +96,9 @@ class Dispatcher:
         their outcome should come within the invisible time.
     :param hooks: more :class:`~workers.hooks.DispatchHook`\\ s, called after the
         built-in ones, in this order.
-    :param inline_jobs: in :meth:`run_forever`, the pulling thread runs the last
-        local job of a pull itself (:mod:`workers.inline_runs`); ``False``: every
-        job goes to the executor's threads.
+    :param inline_jobs: in :meth:`run_forever`, the pulling thread runs the local
+        jobs of a pull itself (:mod:`workers.inline_runs`); ``False``: every job
+        goes to the executor's threads.
     """
 
     def __init__(

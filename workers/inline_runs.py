@@ -1,20 +1,21 @@
-"""InlineRuns: the pulling thread runs the last local job of a pull itself (issue 16).
+"""InlineRuns: the pulling thread runs the local jobs of a pull itself (issue 16).
 
 Handing a job to a pool thread costs that thread two wake-ups (its queue, then the
 GIL once the pulling thread blocks) and puts the hand-off on the job's start: on
 a 2-core VM ~40 us of CPU and ~0.1 ms per job, more than a short job's body.
 So :meth:`InlineRuns.step` pulls as :meth:`PullLoop.step
-<workers.pull_loop.PullLoop.step>` does, hands every message but the last to its
-executor as usual, and runs the last one itself when it is a local job
-(``executor="local"``) and at most the executor's ``max_workers`` jobs hold a
-slot, it included: no more jobs run at once than without it.
+<workers.pull_loop.PullLoop.step>` does and runs the local jobs
+(``executor="local"``) of the pull itself, one after the other, as long as at
+most the executor's ``max_workers`` jobs hold a slot (the kept ones included: no
+more jobs run at once than without it); the others go to their executors as usual.
 
 Leader/follower, with the follower woken only when it is needed: the pulling
 thread holds the *pull role* (a lock) while it pulls and gives it up while it
 runs a job. A watch thread looks every ``period_s`` (only while inline runs
 happen; it parks otherwise). When the same inline run is still going at two
 looks in a row, the watch has one pool thread wait until that run ends (so the
-job counts against ``max_workers`` like a pool job), takes the role and pulls,
+job counts against ``max_workers`` like a pool job), queues the kept jobs not
+started yet on the pool, takes the role and pulls,
 handing every job to the pool, until the run ends; the pulling thread then waits
 for the role back. A job whose inline runs took longer than ``long_s`` twice is
 not run inline again by this dispatcher (:attr:`PullLoop.long_jobs
@@ -53,7 +54,7 @@ _QUIET_LOOKS = 50
 
 class InlineRuns:
     """Drives a :class:`~workers.pull_loop.PullLoop` for one pulling thread, running
-    the last local job of each pull in that thread; see the module docstring.
+    the local jobs of each pull in that thread; see the module docstring.
 
     :param loop: the joined loop.
     :param stopping: whether the dispatcher is stopping.
@@ -87,6 +88,7 @@ class InlineRuns:
         self._turn = threading.Lock()
         self._running = 0
         self._executor: LocalExecutor | None = None
+        self._kept: list[tuple[QueuedCall, str, LocalExecutor]] = []  # left to run here
         self._held: threading.Event | None = None
         self._runs = 0  # inline runs so far
         self._active = threading.Event()  # the watch looks while set, parks otherwise
@@ -102,14 +104,21 @@ class InlineRuns:
         with self._role:
             got = self._loop.step(wait_ms, inline=True)
             kept = self._loop.take_inline()
-        if kept is not None:
-            self._run(*kept)
+        if kept:
+            self._kept = kept
+            turn = self._turn
+            while True:
+                with turn:  # the watch may have queued the rest on the pool meanwhile
+                    if not kept:
+                        break
+                    call, name, executor = kept.pop(0)
+                    self._runs += 1
+                    self._executor = executor
+                    self._running = self._runs
+                self._run(call, name)
         return got
 
-    def _run(self, call: QueuedCall, name: str, executor: LocalExecutor) -> None:
-        self._runs += 1
-        self._executor = executor
-        self._running = self._runs
+    def _run(self, call: QueuedCall, name: str) -> None:
         if not self._active.is_set():
             self._start_watch()
         t0 = time.monotonic()
@@ -152,6 +161,7 @@ class InlineRuns:
                 drain = running != 0 and self._stopping()
                 if running and running == seen and not drain:
                     self._hold_thread()
+                    self._queue_kept()
             if drain:
                 # The pulling thread is in a job and cannot drain: drain for it. It
                 # sees the stop when the job returns, so it pulls no more.
@@ -182,6 +192,17 @@ class InlineRuns:
         except RuntimeError:  # shut down: no thread to hold, no job to start either
             return
         self._held = held
+
+    def _queue_kept(self) -> None:
+        """Queue the jobs the pulling thread kept and has not started on the pool
+        (``_turn`` held): they would wait for the job it is stuck in."""
+        kept = self._kept
+        while kept:
+            call, _name, executor = kept.pop(0)
+            try:
+                executor.queue(call)
+            except RuntimeError:  # shut down: the drain releases its run
+                call.cancel()
 
     def _relieve(self, running: int) -> None:
         """Pull while inline run ``running`` goes on (its thread is still in the job)."""

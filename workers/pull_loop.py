@@ -105,7 +105,7 @@ class PullLoop:
         # the most slots held then (the executor's threads, so no more jobs run at once).
         self._local = local
         self._inline_now = False  # the message being dispatched may run inline
-        self._inline: tuple[QueuedCall, str, LocalExecutor] | None = None
+        self._inline: list[tuple[QueuedCall, str, LocalExecutor]] = []
         #: Jobs not run inline any more: one ran longer than an inline run should.
         self.long_jobs: set[str] = set()
         self._log = log
@@ -130,8 +130,8 @@ class PullLoop:
         """One pull (waiting up to ``wait_ms``) and dispatch; returns messages pulled, or
         -1 when all slots were taken (it waited for one instead: busy, not idle).
 
-        :param inline: the pull's last message, a local job, is not queued but kept
-            for the caller to run (:meth:`take_inline`) when few enough slots are held.
+        :param inline: the pull's local jobs are not queued but kept for the caller
+            to run (:meth:`take_inline`) while few enough slots are held.
         """
         for tick in self.calls.tick:
             wish = tick()
@@ -144,18 +144,18 @@ class PullLoop:
         if msgs:
             for on_pulled in self.calls.on_pulled:
                 on_pulled(msgs)
-            last = msgs[-1]
+            self._inline_now = inline
             for m in msgs:
-                if m is last:
-                    self._inline_now = inline
                 self._dispatch(m)
             self._inline_now = False
         return len(msgs)
 
-    def take_inline(self) -> tuple[QueuedCall, str, LocalExecutor] | None:
-        """The job :meth:`step` kept for its caller to run, its name and executor; once."""
+    def take_inline(self) -> list[tuple[QueuedCall, str, LocalExecutor]]:
+        """The jobs :meth:`step` kept for its caller to run, in order, with their
+        names and executors; once."""
         kept = self._inline
-        self._inline = None
+        if kept:
+            self._inline = []
         return kept
 
     def _dispatch(self, m: ReceivedMessage) -> None:
@@ -285,9 +285,8 @@ class PullLoop:
                 if self._inline_now and spec.name not in self.long_jobs:
                     local = self._local[spec.executor]
                     if self._flow.slots_taken <= local.max_workers:  # this one included
-                        self._inline_now = False
                         run.queued = local.prepare_job(spec, run.call, run.message, done)
-                        self._inline = (run.queued, spec.name, local)
+                        self._inline.append((run.queued, spec.name, local))
                         return
                 run.queued = direct(spec, run.call, run.message, done)
                 return

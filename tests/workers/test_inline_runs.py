@@ -1,4 +1,4 @@
-"""Inline runs (workers.inline_runs): the pulling thread runs the last local job of a
+"""Inline runs (workers.inline_runs): the pulling thread runs the local jobs of a
 pull itself; a watch pulls for it while a job runs long; the pool's bounds hold.
 
 Real embedded brokers with the system clock, a real dispatcher thread.

@@ -197,6 +197,13 @@ class JobThreads:
         if self._shut:
             raise RuntimeError("cannot schedule new futures after shutdown")
 
+    def queue(self, call: QueuedCall) -> None:
+        """Queue a call built elsewhere (:meth:`LocalExecutor.prepare_job`).
+
+        :raises RuntimeError: after :meth:`shutdown`.
+        """
+        self._put(call)
+
     def _put(self, call: QueuedCall | _FutureCall) -> None:
         with self._lock:
             if self._shut:
@@ -300,6 +307,13 @@ class LocalExecutor:
         self._pool.check_open()
         ctx = contextvars.copy_context()
         return QueuedCall(ctx.run, (run_job, spec.func, call.args, call.kwargs), done)
+
+    def queue(self, call: QueuedCall) -> None:
+        """Queue a call made by :meth:`prepare_job` after all (its thread could not run it).
+
+        :raises RuntimeError: when the executor is shut down.
+        """
+        self._pool.queue(call)
 
     def occupy(self, until: threading.Event) -> None:
         """Keep one of the pool's threads waiting until ``until`` is set: a job run
