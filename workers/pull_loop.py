@@ -101,7 +101,7 @@ class PullLoop:
         self._direct: dict[str, Callable[[JobSpec, JobCall, ReceivedMessage, Done], QueuedCall]] = {
             name: ex.start_job for name, ex in local.items()
         }
-        # Running a pull's last job in the pulling thread (workers.inline_runs): how, and
+        # Running a pull's local jobs in the pulling thread (workers.inline_runs): how, and
         # the most slots held then (the executor's threads, so no more jobs run at once).
         self._local = local
         self._inline_now = False  # the message being dispatched may run inline

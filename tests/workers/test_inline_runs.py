@@ -157,3 +157,37 @@ def test_a_cancelled_call_does_not_run_here() -> None:
     assert call.cancel()
     call.run_here()
     assert ran == [] and ended == [False]
+
+
+def test_jobs_kept_behind_a_stuck_inline_job_go_to_the_pool(tmp_path: Path) -> None:
+    # Given two pool threads and two jobs ready at once (one pull keeps both)
+    app = Scheduler(f"rocksdb://{tmp_path / 'data'}", max_workers=2, prefetch=4)
+    release = threading.Event()
+    ran: list[tuple[str, str]] = []
+
+    @app.job
+    def slow() -> None:
+        ran.append(("slow", threading.current_thread().name))
+        release.wait(20)
+
+    @app.job
+    def quick() -> None:
+        ran.append(("quick", threading.current_thread().name))
+
+    try:
+        slow.schedule()
+        quick.schedule()
+        dispatcher = Dispatcher(app)
+        with running(dispatcher):
+            # When the first runs inline and does not return
+            eventually(lambda: ran, what="the slow job started")
+            # Then the watch queues the second on the pool, which runs it meanwhile
+            eventually(lambda: len(ran) == 2, what="the kept job ran")
+            assert not release.is_set()
+            assert ran[0] == ("slow", "pulling")
+            assert ran[1][0] == "quick" and ran[1][1].startswith("chronoq-job")
+            release.set()
+            eventually(partial(processed_is, dispatcher, 2), what="both settled")
+    finally:
+        release.set()
+        app.close()
