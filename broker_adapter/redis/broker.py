@@ -84,6 +84,9 @@ from broker_adapter.results import (
 )
 
 log = logging.getLogger("chronoq.broker_adapter.RedisBroker")
+
+#: Due slices whose placement counts a broker keeps before starting them afresh.
+_SLICES_KEPT = 4096
 log.addHandler(logging.NullHandler())
 
 
@@ -114,9 +117,11 @@ class RedisBroker(AdapterBase):
     :param keyless_slice_ms: on a cluster, keyless messages due within one slice of
         this many ms all go to one master, the masters in turn
         (:func:`~broker_adapter.redis.client_calls.sliced_shard`): a firing pass then
-        waits for one redis-server instead of every master. ``0``: spread each batch
-        evenly over every shard (the placement before issue 19). Keyed messages go
-        to their key's shard either way.
+        waits for one redis-server instead of every master; a burst of one slice
+        moves on to the next master every
+        :data:`~broker_adapter.redis.client_calls.SLICE_RUN` messages. ``0``: spread
+        each batch evenly over every shard (the placement before issue 19). Keyed
+        messages go to their key's shard either way.
     :raises InvalidArgument: for a setting out of range.
     """
 
@@ -153,6 +158,8 @@ class RedisBroker(AdapterBase):
         self._scripts = Scripts(client)
         self._rr = 0  # the shard the next keyless batch starts in
         self._rr_lock = threading.Lock()
+        # keyless messages placed per due slice, across batches (client_calls.sliced_shard)
+        self._slice_counts: dict[int, int] = {}
         with redis_errors("connect"):
             self._scripts.load()
             # the shards of each master (one group on one instance); slots that move
@@ -215,7 +222,12 @@ class RedisBroker(AdapterBase):
             rr = self._rr
             self._rr = (rr + 1) % keys.shards
         now = self._clock.now_ms()
-        plan = plan_send(messages, keys, now, self._max_delay_ms, rr, self._masters, self._slice_ms)
+        counts = self._slice_counts
+        if len(counts) > _SLICES_KEPT:  # bounded: a restarted count only moves placement
+            counts.clear()
+        plan = plan_send(
+            messages, keys, now, self._max_delay_ms, rr, self._masters, self._slice_ms, counts
+        )
         with redis_errors("send"):
             replies = self._scripts.fan("send", plan.due_keys, (keys.wake_channel,), plan.groups)
         results, wakes = plan.results(replies)

@@ -85,6 +85,7 @@ def plan_send(
     rr: int,
     masters: Sequence[Sequence[int]] | None = None,
     slice_ms: int = 0,
+    placed: dict[int, int] | None = None,
 ) -> SendPlan:
     """Cut checked ``messages`` into ``send.lua`` shard groups: keyed ones go to their
     key's shard; keyless ones in equal runs over the shards starting at shard ``rr``,
@@ -95,13 +96,16 @@ def plan_send(
     :param masters: the shards each master of a cluster holds (a stale grouping only
         costs speed: every call goes where its keys are).
     :param slice_ms: the length of a due-time slice (``0``: equal runs).
+    :param placed: keyless messages placed so far per slice, kept by the caller across
+        batches (see :func:`sliced_shard`; updated); ``None``: counted in this batch only.
     :raises InvalidDelay: when a message is due after ``now + max_delay_ms``; nothing
         is sent then.
     """
     limit = now + max_delay_ms
     count = keys.shards
     by_due = masters if masters is not None and len(masters) > 1 and slice_ms > 0 else None
-    placed = [0] * len(by_due) if by_due is not None else []
+    if placed is None:
+        placed = {}
     pack = msgpack.Packer(use_bin_type=False).pack
     # per shard: message indexes, keyless counts per topic, the records
     per_shard: dict[int, tuple[list[int], dict[str, int], list[Any]]] = {}
@@ -162,29 +166,31 @@ def plan_send(
 #: Default length (ms) of a due-time slice whose keyless messages go to one master
 #: (:func:`sliced_shard`; ``bench/redis_cluster_fire.py --slices``).
 KEYLESS_SLICE_MS = 8
-#: Keyless messages one master takes in one shard of a batch before its next shard
-#: (a big batch due in one slice still fires from several shards, a chunk each).
-SLICE_RUN = 500
+#: Keyless messages of one slice that one master takes before the next master takes
+#: the next run (so a burst due at one instant spreads over every master and its
+#: shards: a master fires ~10k messages/s, and a run of 64 per 8 ms slice is 8k/s).
+SLICE_RUN = 64
 
 
 def sliced_shard(
-    due: int, masters: Sequence[Sequence[int]], slice_ms: int, rr: int, placed: list[int]
+    due: int, masters: Sequence[Sequence[int]], slice_ms: int, rr: int, placed: dict[int, int]
 ) -> int:
     """The shard of a keyless message due at ``due`` when keyless messages are placed by
-    due time (issue 19): every message due in one ``slice_ms`` slice, from any batch
-    and any process, lies on ONE master (slices take the masters in turn), so a
-    firing pass at a due millisecond waits for one redis-server, not for every
-    master to get a CPU in that millisecond. Within the master, a batch starts at its
-    shard ``rr`` and moves on every :data:`SLICE_RUN` messages.
+    due time (issue 19): the messages due in one ``slice_ms`` slice lie on ONE master
+    (slices take the masters in turn), so a firing pass at a due millisecond waits for
+    one redis-server, not for every master to get a CPU in that millisecond. A slice
+    with more than :data:`SLICE_RUN` messages (a burst due at one instant) moves on to
+    the next master every run, then to each master's next shard, starting at shard
+    ``rr`` of the master: such a burst is spread like the even placement.
 
-    :param placed: per master, the batch's keyless messages placed there so far
-        (updated).
+    :param placed: keyless messages placed so far per slice (updated).
     """
-    m = (due // slice_ms) % len(masters)
-    mine = masters[m]
-    k = placed[m]
-    placed[m] = k + 1
-    return mine[(rr + k // SLICE_RUN) % len(mine)]
+    s = due // slice_ms
+    k = placed.get(s, 0)
+    placed[s] = k + 1
+    run, n = k // SLICE_RUN, len(masters)
+    mine = masters[(s + run) % n]
+    return mine[(rr + run // n) % len(mine)]
 
 
 def abort_call(

@@ -42,13 +42,33 @@ def test_keyless_messages_of_one_slice_go_to_its_master_the_masters_in_turn() ->
         assert {s % 4 for s in shard_of} == {rr % 4}
 
 
-def test_a_big_keyless_batch_due_in_one_slice_moves_on_every_slice_run() -> None:
+def test_a_burst_due_in_one_slice_spreads_over_every_master_and_shard_a_run_each() -> None:
     due = (NOW // 8 + 5) * 8
-    shard_of = _shards([due] * (SLICE_RUN * 4 + 1), 8, 1, MASTERS)
-    m = MASTERS[(due // 8) % 3]
-    runs = [shard_of[i * SLICE_RUN] for i in range(5)]
-    assert runs == [m[1], m[2], m[3], m[0], m[1]]
-    assert all(shard_of[i] == runs[i // SLICE_RUN] for i in range(len(shard_of)))
+    n = SLICE_RUN * 12 + 1
+    shard_of = _shards([due] * n, 8, 1, MASTERS)
+    first = (due // 8) % 3
+    runs = [shard_of[r * SLICE_RUN] for r in range(13)]
+    # masters in turn from the slice's own, then each master's next shard (from rr=1)
+    assert runs == [MASTERS[(first + r) % 3][(1 + r // 3) % 4] for r in range(13)]
+    assert sorted(set(runs[:12])) == list(range(12))
+    assert all(shard_of[i] == runs[i // SLICE_RUN] for i in range(n))
+
+
+def test_the_slice_counts_carry_over_batches_so_single_sends_spread_too() -> None:
+    due = (NOW // 8 + 9) * 8
+    counts: dict[int, int] = {}
+    shard_of = []
+    for i in range(SLICE_RUN * 3):  # one send at a time, as schedule() makes them
+        msgs = [Message("t", b"x", deliver_at_ms=due)]
+        plan = plan_send(msgs, KEYS, NOW, 10**12, i % 12, MASTERS, 8, counts)
+        shard_of.append(plan.shards[0])
+    master_of = {s: m for m, g in enumerate(MASTERS) for s in g}
+    masters_used = [
+        {master_of[s] for s in shard_of[r * SLICE_RUN : (r + 1) * SLICE_RUN]} for r in range(3)
+    ]
+    first = (due // 8) % 3
+    assert masters_used == [{first}, {(first + 1) % 3}, {(first + 2) % 3}]
+    assert counts == {due // 8: SLICE_RUN * 3}
 
 
 @pytest.mark.parametrize(("slice_ms", "masters"), [(0, MASTERS), (8, None), (8, [list(range(12))])])
