@@ -13,6 +13,7 @@ variable                        field                default
 ``CHRONOQ_GROUP``               ``group``            ``chronoq.workers``
 ``CHRONOQ_MAX_WORKERS``         ``max_workers``      ``8``
 ``CHRONOQ_PREFETCH``            ``prefetch``         ``32``
+``CHRONOQ_INLINE_JOBS``         ``inline_jobs``      ``true``
 ``CHRONOQ_PAST_TOLERANCE_MS``   ``past_tolerance_ms`` ``1000``
 ``CHRONOQ_LOG_LEVEL``           ``log_level``        ``INFO``
 ``CHRONOQ_TOKEN``               ``token``            unset (no authentication)
@@ -61,6 +62,11 @@ def _env_name(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
+#: Spellings a boolean variable may take (``CHRONOQ_INLINE_JOBS=0``).
+_FLAGS = {"true": True, "1": True, "yes": True, "on": True}
+_FLAGS.update({"false": False, "0": False, "no": False, "off": False})
+
+
 def read_env(
     names: Mapping[str, str],
     environ: Mapping[str, str],
@@ -69,6 +75,7 @@ def read_env(
     prefix: str,
     skip_prefixes: tuple[str, ...] = (),
     int_fields: frozenset[str] = frozenset(),
+    bool_fields: frozenset[str] = frozenset(),
     what: str = "setting",
 ) -> dict[str, Any]:
     """The field values of a settings class: its variables from ``environ``, then
@@ -81,9 +88,11 @@ def read_env(
 
     :param names: each field and the variable that sets it.
     :param int_fields: fields whose variables must parse as whole numbers.
+    :param bool_fields: fields whose variables must be one of ``true/false``,
+        ``1/0``, ``yes/no``, ``on/off`` (any case).
     :param what: what a field is called in errors (``"Spark setting"``).
     :raises InvalidSettings: for an unknown override name or a variable of an
-        ``int_fields`` field that does not parse.
+        ``int_fields`` or ``bool_fields`` field that does not parse.
     """
     unknown = sorted(set(overrides) - set(names))
     if unknown:
@@ -117,6 +126,11 @@ def read_env(
                 values[name] = int(raw)
             except ValueError:
                 raise InvalidSettings(name, var, raw, "must be a whole number, e.g. 8") from None
+        elif name in bool_fields:
+            flag = _FLAGS.get(raw.lower())
+            if flag is None:
+                raise InvalidSettings(name, var, raw, "must be true or false (or 1/0, yes/no)")
+            values[name] = flag
         else:
             values[name] = raw
     values.update(overrides)
@@ -133,6 +147,9 @@ class Settings:
         ``%DLQ%<group>``.
     :param max_workers: threads of the local executor's pool (1 to 4,096).
     :param prefetch: messages a dispatcher pulls at once (1 to 100,000).
+    :param inline_jobs: a running dispatcher's pulling thread runs the short local jobs
+        of a pull itself instead of handing them to a pool thread (see
+        :mod:`workers.inline_runs`); ``False``: every job on the pool.
     :param past_tolerance_ms: how far in the past ``schedule(at=...)`` may be and
         still run at once; further back is an error (0 to one day).
     :param log_level: ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or ``CRITICAL``
@@ -150,6 +167,7 @@ class Settings:
     group: str = DEFAULT_GROUP
     max_workers: int = 8
     prefetch: int = 32
+    inline_jobs: bool = True
     past_tolerance_ms: int = 1000
     log_level: str = "INFO"
     token: str | None = field(default=None, repr=False)
@@ -174,6 +192,10 @@ class Settings:
         self._check_int("max_workers", 1, MAX_WORKERS_LIMIT)
         self._check_int("prefetch", 1, MAX_PREFETCH)
         self._check_int("past_tolerance_ms", 0, MAX_PAST_TOLERANCE_MS)
+        if not isinstance(self.inline_jobs, bool):
+            raise InvalidSettings(
+                "inline_jobs", _env_name("inline_jobs"), self.inline_jobs, "must be True or False"
+            )
         level = self.log_level
         if not isinstance(level, str) or level.upper() not in LOG_LEVELS:
             raise InvalidSettings(
@@ -256,5 +278,6 @@ class Settings:
             prefix=ENV_PREFIX,
             skip_prefixes=kind_prefixes,
             int_fields=frozenset({"max_workers", "prefetch", "past_tolerance_ms", "metrics_port"}),
+            bool_fields=frozenset({"inline_jobs"}),
         )
         return cls(**values)

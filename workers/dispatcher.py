@@ -98,7 +98,8 @@ class Dispatcher:
         built-in ones, in this order.
     :param inline_jobs: in :meth:`run_forever`, the pulling thread runs the local
         jobs of a pull itself (:mod:`workers.inline_runs`); ``False``: every job
-        goes to the executor's threads.
+        goes to the executor's threads; ``None``: ``Settings.inline_jobs``
+        (``CHRONOQ_INLINE_JOBS``, on by default).
     """
 
     def __init__(
@@ -114,7 +115,7 @@ class Dispatcher:
         trace: DeliveryTrace | None = None,
         max_awaiting: int = DEFAULT_MAX_AWAITING,
         hooks: Iterable[DispatchHook] = (),
-        inline_jobs: bool = True,
+        inline_jobs: bool | None = None,
     ) -> None:
         settings = app.settings
         self.app = app
@@ -133,7 +134,7 @@ class Dispatcher:
         self.drain_timeout_s = drain_timeout_s
         self._trace = trace
         self._hooks = tuple(hooks)
-        self.inline_jobs = inline_jobs
+        self.inline_jobs = settings.inline_jobs if inline_jobs is None else inline_jobs
         self._log = logging.getLogger("chronoq.workers.Dispatcher")
         self._flow = InFlight(self.capacity, self.max_awaiting)
         self._loop: PullLoop | None = None  # once joined (open)

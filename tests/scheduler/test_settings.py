@@ -20,6 +20,7 @@ def test_defaults_are_safe_and_documented() -> None:
     assert (s.max_workers, s.prefetch, s.past_tolerance_ms) == (8, 32, 1000)
     assert (s.log_level, s.token) == ("INFO", None)
     assert (s.metrics_port, s.metrics_host) == (None, "127.0.0.1")
+    assert s.inline_jobs is True
 
 
 def test_every_variable_is_read() -> None:
@@ -29,6 +30,7 @@ def test_every_variable_is_read() -> None:
         "CHRONOQ_GROUP": "shop-workers",
         "CHRONOQ_MAX_WORKERS": "16",
         "CHRONOQ_PREFETCH": " 64 ",
+        "CHRONOQ_INLINE_JOBS": "off",
         "CHRONOQ_PAST_TOLERANCE_MS": "5000",
         "CHRONOQ_LOG_LEVEL": "debug",
         "CHRONOQ_TOKEN": "s3cret",
@@ -42,7 +44,16 @@ def test_every_variable_is_read() -> None:
     assert (s.topic, s.group) == ("shop.jobs", "shop-workers")
     assert (s.max_workers, s.prefetch, s.past_tolerance_ms) == (16, 64, 5000)
     assert (s.log_level, s.token) == ("DEBUG", "s3cret")
+    assert s.inline_jobs is False
     assert set(Settings.env_names().values()) == {k for k in env if k.startswith("CHRONOQ_")}
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [("true", True), ("1", True), ("Yes", True), ("ON", True), ("false", False), ("0", False)],
+)
+def test_a_boolean_variable_takes_the_usual_spellings(raw: str, value: bool) -> None:
+    assert Settings.from_env({"CHRONOQ_INLINE_JOBS": raw}).inline_jobs is value
 
 
 def test_empty_variable_counts_as_unset() -> None:
@@ -110,6 +121,7 @@ def test_frozen_and_replace_revalidates() -> None:
         ({"CHRONOQ_PAST_TOLERANCE_MS": "-5"}, "past_tolerance_ms", "between 0 and"),
         ({"CHRONOQ_PAST_TOLERANCE_MS": "999999999"}, "past_tolerance_ms", "between 0 and"),
         ({"CHRONOQ_LOG_LEVEL": "LOUD"}, "log_level", "DEBUG, INFO"),
+        ({"CHRONOQ_INLINE_JOBS": "maybe"}, "inline_jobs", "true or false"),
         ({"CHRONOQ_TOPIC": "bad topic"}, "topic", "letters, digits"),
         ({"CHRONOQ_TOPIC": "%DLQ%x"}, "topic", "reserved"),
         ({"CHRONOQ_GROUP": "g" * 121}, "group", "120 characters"),
@@ -137,6 +149,7 @@ def test_bad_variables(env: dict[str, str], field: str, fragment: str) -> None:
         ({"topic": 5}, "topic"),
         ({"log_level": None}, "log_level"),
         ({"token": 123}, "token"),
+        ({"inline_jobs": "no"}, "inline_jobs"),
     ],
 )
 def test_bad_constructor_values(kwargs: dict[str, Any], field: str) -> None:

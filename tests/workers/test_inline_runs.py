@@ -16,6 +16,7 @@ import pytest
 
 from broker_adapter import MessageState
 from scheduler.scheduler import Scheduler
+from scheduler.settings import Settings
 from tests.helpers import eventually
 from workers import Dispatcher
 from workers.executors.local import QueuedCall
@@ -64,16 +65,27 @@ def test_a_lone_job_runs_in_the_pulling_thread_and_is_acked(live_app: Scheduler)
         assert view is not None and view.state is MessageState.DONE
 
 
-def test_inline_jobs_off_runs_every_job_on_the_pool(live_app: Scheduler) -> None:
+@pytest.mark.parametrize("switch", ["argument", "setting"])
+def test_inline_jobs_off_runs_every_job_on_the_pool(tmp_path: Path, switch: str) -> None:
     threads: list[str] = []
+    url = f"rocksdb://{tmp_path / 'data'}"
+    if switch == "setting":  # CHRONOQ_INLINE_JOBS=0 reaches the dispatcher of chronoq run
+        app = Scheduler(settings=Settings.from_env({"CHRONOQ_INLINE_JOBS": "0"}, broker_url=url))
+        dispatcher = Dispatcher(app)
+    else:
+        app = Scheduler(url)
+        dispatcher = Dispatcher(app, inline_jobs=False)
 
-    @live_app.job
+    @app.job
     def note() -> None:
         threads.append(threading.current_thread().name)
 
-    with running(Dispatcher(live_app, inline_jobs=False)):
-        note.schedule()
-        eventually(lambda: threads, what="the job ran")
+    try:
+        with running(dispatcher):
+            note.schedule()
+            eventually(lambda: threads, what="the job ran")
+    finally:
+        app.close()
     assert threads[0].startswith("chronoq-job")
 
 
