@@ -76,8 +76,14 @@ class QueuedCall:
         _report(done, False, None, None)
         return True
 
-    def run(self) -> None:
-        """Run the call and report its end, unless it was cancelled (pool threads)."""
+    def run(self, *, here: bool = False) -> None:
+        """Run the call and report its end, unless it was cancelled.
+
+        :param here: run in a thread that is not the pool's (the dispatcher's, running
+            a job itself: :mod:`workers.inline_runs`): an exception that is not an
+            :class:`Exception` (``KeyboardInterrupt``, ``SystemExit``) is reported as
+            the job's error and then raised again, so that it still stops that thread.
+        """
         done = self._take()
         fn, args = self.fn, self.args
         self.fn, self.args = None, ()
@@ -85,30 +91,16 @@ class QueuedCall:
             return
         try:
             result = fn(*args)
-        except BaseException as e:  # noqa: BLE001 - reported to the callback
+        except BaseException as e:  # reported to the callback
             _report(done, True, None, e)
+            if here and not isinstance(e, Exception):
+                raise
         else:
             _report(done, True, result, None)
 
     def run_here(self) -> None:
-        """:meth:`run` in a thread that is not the pool's (the dispatcher's, running a
-        job itself: :mod:`workers.inline_runs`): an exception that is not an
-        :class:`Exception` (``KeyboardInterrupt``, ``SystemExit``) is reported as the
-        job's error and then raised again, so that it still stops that thread."""
-        done = self._take()
-        fn, args = self.fn, self.args
-        self.fn, self.args = None, ()
-        if done is None or fn is None:
-            return
-        try:
-            result = fn(*args)
-        except Exception as e:  # noqa: BLE001 - reported to the callback
-            _report(done, True, None, e)
-        except BaseException as e:
-            _report(done, True, None, e)
-            raise
-        else:
-            _report(done, True, result, None)
+        """:meth:`run` with ``here``, for the dispatcher's thread."""
+        self.run(here=True)
 
 
 def _report(done: Done, started: bool, result: Any, error: BaseException | None) -> None:
