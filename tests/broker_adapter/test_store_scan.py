@@ -31,12 +31,15 @@ def test_scan_is_lower_inclusive_upper_exclusive_and_in_order(store: RocksStore)
 
 @pytest.mark.parametrize("limit", [0, 1, 3, 4, 5])
 def test_scan_stops_at_the_limit(store: RocksStore, limit: int) -> None:
-    assert keys(store.scan(K.CF_READY, b"k03", b"k07", limit)) == [
-        b"k03",
-        b"k04",
-        b"k05",
-        b"k06",
-    ][:limit]
+    assert (
+        keys(store.scan(K.CF_READY, b"k03", b"k07", limit))
+        == [
+            b"k03",
+            b"k04",
+            b"k05",
+            b"k06",
+        ][:limit]
+    )
 
 
 def test_scan_of_an_empty_range_and_past_the_end(store: RocksStore) -> None:
