@@ -108,6 +108,10 @@ def test_a_delay_shorter_than_a_backward_step_is_due_at_most_the_step_early(
     consumer = broker.consumer("g", ["t"])
     assert_nothing(consumer, wait_ms=0)  # the broker has read the clock before the step
     clock.jump(-MINUTE, notify=False)
+    if not isinstance(broker, (EmbeddedBroker, MemoryBroker)):
+        # A Redis firing pass that read the clock just before the step fires with that
+        # reading (a busy CI machine once stalled one past the send): let it end first.
+        assert_nothing(consumer)
     result = broker.send(Message("t", b"x", delay_ms=5_000))
     wall = clock.now_ms()
     if isinstance(broker, (EmbeddedBroker, MemoryBroker)):
