@@ -58,7 +58,11 @@ def test_schedules_commands(env: dict[str, str], data_dir: Path) -> None:
     now = time.time() * 1000
     with Scheduler(f"rocksdb://{data_dir}") as app:
         app.job(name="sync")(lambda tenant: None)
-        app.schedules.add("tenant-1", "sync", every=60, args=(1,))
+        # anchored half a minute from now: no occurrence comes due while the test runs
+        # (on the epoch anchor one did when a minute turned mid-test, with no dispatcher
+        # to arm the next)
+        anchor = int(now) + 30_000
+        app.schedules.add("tenant-1", "sync", every=60, anchor=anchor, args=(1,))
         app.schedules.add("tenant-2", "sync", cron="*/5 * * * *", args=(2,))
 
     # from the broker alone: the stored schedules (the cron job never ran: not there yet)
@@ -72,7 +76,7 @@ def test_schedules_commands(env: dict[str, str], data_dir: Path) -> None:
         60_000,
         [1],
     )
-    assert one["trigger"] == "every 1m" and len(one["next_fire_ms"]) == 3  # type: ignore[arg-type]
+    assert one["trigger"] == f"every 1m from {anchor} ms" and len(one["next_fire_ms"]) == 3  # type: ignore[arg-type]
     assert one["next_fire_ms"][0] > now  # type: ignore[index]
     text = chronoq(env, "list")
     assert text.returncode == 0 and "tenant-2  data  active  v1  cron '*/5 * * * *'" in text.stdout
