@@ -160,6 +160,27 @@ def test_cluster_delivers_across_every_master(cluster_harness: Harness) -> None:
     assert {m.msg_id.split("-")[0] for m in got} == {str(s) for s in range(K.DEFAULT_SHARDS)}
 
 
+def hand_firer(
+    client: Any,
+    keys: K.Keyspace,
+    clock: ManualClock,
+    *,
+    groups: list[list[int]] | None = None,
+    scripts: Scripts | None = None,
+) -> Firer:
+    """A firer that the test fires by hand (``fire_once``), in its own process."""
+    return Firer(
+        scripts or Scripts(client),
+        client,
+        keys,
+        clock,
+        ReadyNews(client, keys.ready_channel),
+        lambda: None,
+        retention_ms=DEFAULT_RETENTION_MS,
+        groups=groups,
+    )
+
+
 def _evalsha_calls(cluster: RedisClusterProcs) -> list[int]:
     calls = []
     for node in cluster.nodes:
@@ -196,15 +217,7 @@ def test_a_firing_pass_is_one_script_call_per_master_covering_every_shard(
     broker, client, clock = quiet
     keys = broker.keyspace
     # fired by hand below, in the test's own firing process
-    firer = Firer(
-        Scripts(client),
-        client,
-        keys,
-        clock,
-        ReadyNews(client, keys.ready_channel),
-        lambda: None,
-        retention_ms=DEFAULT_RETENTION_MS,
-    )
+    firer = hand_firer(client, keys, clock)
     c = broker.consumer("g", ["spread"])
     ids = {
         r.msg_id
@@ -237,16 +250,7 @@ def test_each_master_has_its_own_firing_thread_whose_pass_calls_that_master_only
     assert sorted(s for g in groups for s in g) == list(range(K.DEFAULT_SHARDS))
     masters = [{client.get_node_from_key(keys.due_keys[s]).port for s in g} for g in groups]
     assert all(len(m) == 1 for m in masters)
-    firer = Firer(
-        scripts,
-        client,
-        keys,
-        clock,
-        ReadyNews(client, keys.ready_channel),
-        lambda: None,
-        retention_ms=DEFAULT_RETENTION_MS,
-        groups=groups,
-    )
+    firer = hand_firer(client, keys, clock, groups=groups, scripts=scripts)
     assert firer.groups == 3
     c = broker.consumer("g", ["spread"])
     broker.send_batch([Message("spread", b"x", delay_ms=1_000) for _ in range(240)])
@@ -292,16 +296,7 @@ def test_firing_groups_must_cover_every_shard_once(
     _broker, client, clock = quiet
     keys = K.Keyspace.build("cq", 3)
     with pytest.raises(InvalidArgument, match="firing groups"):
-        Firer(
-            Scripts(client),
-            client,
-            keys,
-            clock,
-            ReadyNews(client, keys.ready_channel),
-            lambda: None,
-            retention_ms=DEFAULT_RETENTION_MS,
-            groups=groups,
-        )
+        hand_firer(client, keys, clock, groups=groups)
 
 
 def _set_slot_owner(cluster: RedisClusterProcs, slot: int, node_id: str) -> None:
@@ -336,16 +331,7 @@ def test_a_shard_whose_slot_moved_to_another_master_is_still_sent_to_and_fired(
         assert len({r.msg_id for r in sent}) == 24
         with redis.Redis(host="127.0.0.1", port=new) as on_new:
             assert on_new.zcard(keys.due_keys[0]) == 2
-        firer = Firer(
-            Scripts(client),
-            client,
-            keys,
-            clock,
-            ReadyNews(client, keys.ready_channel),
-            lambda: None,
-            retention_ms=DEFAULT_RETENTION_MS,
-            groups=Scripts(client).by_node(keys.due_keys),
-        )
+        firer = hand_firer(client, keys, clock, groups=Scripts(client).by_node(keys.due_keys))
         clock.advance(1_000)
         assert firer.fire_once() == 24
         got = pull_until(c, 24, timeout=30, max_messages=24)
@@ -435,15 +421,7 @@ def test_keyless_messages_due_in_one_slice_lie_on_one_master_and_a_pass_calls_it
             assert master_of[shard] == (slice0 + k) % 3, (r, k)
         for b in range(6):
             assert len({r.msg_id.split("-")[0] for r in sent[b * 60 : (b + 1) * 60]}) == 3
-        firer = Firer(
-            Scripts(client),
-            client,
-            keys,
-            clock,
-            ReadyNews(client, keys.ready_channel),
-            lambda: None,
-            retention_ms=DEFAULT_RETENTION_MS,
-        )
+        firer = hand_firer(client, keys, clock)
         assert firer.fire_once() == 0  # the first pass sweeps every shard: learns the heads
         ports = _ports(cluster)
         fired = 0

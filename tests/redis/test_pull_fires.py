@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -31,20 +32,32 @@ def broker(redis_url: str) -> Iterator[RedisBroker]:
         b.close()
 
 
-@pytest.fixture
-def firer(redis_url: str) -> Iterator[tuple[Firer, Scripts, Keyspace]]:
+S = TypeVar("S", bound=Scripts)
+
+
+@contextmanager
+def started_firer(
+    redis_url: str, make_scripts: Callable[[Any], S]
+) -> Iterator[tuple[Firer, S, Keyspace, ReadyNews]]:
+    """A started firer on one shard, the system clock and scripts ``make_scripts(client)``."""
     client = redis.Redis.from_url(redis_url)
     keys = Keyspace.build("cq", 1)
-    scripts = Scripts(client)
+    scripts = make_scripts(client)
     scripts.load()
     news = ReadyNews(client, keys.ready_channel)
     f = Firer(scripts, client, keys, SystemClock(), news, lambda: None, retention_ms=60_000)
     f.start()
     try:
-        yield f, scripts, keys
+        yield f, scripts, keys, news
     finally:
         f.close()
         client.close()
+
+
+@pytest.fixture
+def firer(redis_url: str) -> Iterator[tuple[Firer, Scripts, Keyspace]]:
+    with started_firer(redis_url, Scripts) as (f, scripts, keys, _news):
+        yield f, scripts, keys
 
 
 def now_ms() -> int:
@@ -203,24 +216,16 @@ class HeldScripts(Scripts):
 def test_a_pull_refused_the_duty_during_a_threads_pass_hears_when_the_pass_ends(
     redis_url: str,
 ) -> None:
-    client = redis.Redis.from_url(redis_url)
-    keys = Keyspace.build("cq", 1)
-    scripts = HeldScripts(client)
-    scripts.load()
-    news = ReadyNews(client, keys.ready_channel)
-    f = Firer(scripts, client, keys, SystemClock(), news, lambda: None, retention_ms=60_000)
-    f.start()
-    try:
-        # Given the thread's first pass (a sweep of the empty shard) in flight: it hides
-        # the shard's head, so a pull is refused the duty
-        assert scripts.entered.wait(10)
-        epoch = news.epoch
-        assert f.take_duty(now_ms() + 100) is None
-        # When the pass ends, having moved nothing, Then the pull hears of it (it would
-        # otherwise sleep until news, or the firing threads' grace)
-        scripts.release.set()
-        assert news.wait_changed(epoch, 5)
-    finally:
-        scripts.release.set()
-        f.close()
-        client.close()
+    with started_firer(redis_url, HeldScripts) as (f, scripts, _keys, news):
+        try:
+            # Given the thread's first pass (a sweep of the empty shard) in flight: it
+            # hides the shard's head, so a pull is refused the duty
+            assert scripts.entered.wait(10)
+            epoch = news.epoch
+            assert f.take_duty(now_ms() + 100) is None
+            # When the pass ends, having moved nothing, Then the pull hears of it (it
+            # would otherwise sleep until news, or the firing threads' grace)
+            scripts.release.set()
+            assert news.wait_changed(epoch, 5)
+        finally:
+            scripts.release.set()  # before the firer's close joins its thread
