@@ -123,7 +123,7 @@ class InlineRuns:
             self._start_watch()
         t0 = time.monotonic()
         try:
-            call.run_here()
+            call.run(here=True)
         finally:
             with self._turn:
                 self._running = 0

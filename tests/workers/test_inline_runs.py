@@ -150,7 +150,7 @@ def test_run_here_reports_a_keyboard_interrupt_then_raises_it() -> None:
 
     call = QueuedCall(interrupted, (), lambda started, _r, error: ended.append((started, error)))
     with pytest.raises(KeyboardInterrupt):
-        call.run_here()
+        call.run(here=True)
     assert len(ended) == 1 and ended[0][0] and isinstance(ended[0][1], KeyboardInterrupt)
     assert not call.cancel()  # taken once: no second report
 
@@ -158,7 +158,7 @@ def test_run_here_reports_a_keyboard_interrupt_then_raises_it() -> None:
 def test_run_here_reports_an_exception_without_raising() -> None:
     ended: list[BaseException | None] = []
     call = QueuedCall(int, ("x",), lambda _s, _r, error: ended.append(error))
-    call.run_here()
+    call.run(here=True)
     assert len(ended) == 1 and isinstance(ended[0], ValueError)
 
 
@@ -167,7 +167,7 @@ def test_a_cancelled_call_does_not_run_here() -> None:
     ended: list[bool] = []
     call = QueuedCall(ran.append, (1,), lambda started, _r, _e: ended.append(started))
     assert call.cancel()
-    call.run_here()
+    call.run(here=True)
     assert ran == [] and ended == [False]
 
 

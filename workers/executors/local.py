@@ -98,10 +98,6 @@ class QueuedCall:
         else:
             _report(done, True, result, None)
 
-    def run_here(self) -> None:
-        """:meth:`run` with ``here``, for the dispatcher's thread."""
-        self.run(here=True)
-
 
 def _report(done: Done, started: bool, result: Any, error: BaseException | None) -> None:
     try:
@@ -292,7 +288,7 @@ class LocalExecutor:
         self, spec: JobSpec, call: JobCall, message: ReceivedMessage, done: Done
     ) -> QueuedCall:
         """:meth:`start_job`'s call without queueing it: for a dispatcher thread that runs
-        the job itself (:meth:`QueuedCall.run_here`, see :mod:`workers.inline_runs`).
+        the job itself (:meth:`QueuedCall.run` with ``here``, see :mod:`workers.inline_runs`).
 
         :raises RuntimeError: when the executor is shut down.
         """
