@@ -135,10 +135,21 @@ class WheelAgainstSortedList(RuleBasedStateMachine):
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+# The default suite runs a short model check (the suite sits at its time
+# budget); the `slow` runs below search ten times deeper.
 WheelAgainstSortedList.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=40, deadline=None
+    max_examples=20, stateful_step_count=40, deadline=None
 )
 test_wheel_against_sorted_list = WheelAgainstSortedList.TestCase
+
+
+@pytest.mark.slow
+def test_wheel_against_sorted_list_deep() -> None:
+    """The model check with 200 examples (`pytest -m slow`)."""
+    run_state_machine_as_test(
+        WheelAgainstSortedList,
+        settings=settings(max_examples=200, stateful_step_count=40, deadline=None),
+    )
 
 
 def test_refill_in_chunks_loses_nothing(tmp_path: object) -> None:
@@ -210,5 +221,17 @@ def test_wheel_against_sorted_list_dropping_fired_entries_at_once(
     monkeypatch.setattr(timing_wheel, "_COMPACT_MIN", 1)
     run_state_machine_as_test(
         WheelAgainstSortedList,
-        settings=settings(max_examples=40, stateful_step_count=40, deadline=None),
+        settings=settings(max_examples=15, stateful_step_count=40, deadline=None),
+    )
+
+
+@pytest.mark.slow
+def test_wheel_against_sorted_list_dropping_fired_entries_deep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """That model check with 150 examples (`pytest -m slow`)."""
+    monkeypatch.setattr(timing_wheel, "_COMPACT_MIN", 1)
+    run_state_machine_as_test(
+        WheelAgainstSortedList,
+        settings=settings(max_examples=150, stateful_step_count=40, deadline=None),
     )
