@@ -4,7 +4,8 @@ timed runs of one job, and the :class:`ScheduledJob` receipt of each run.
 The messages they send are described in :mod:`scheduler.wire` (each run carries its
 job's name as tags). Moving a pending run (``reschedule``, ``run_now``) is in
 :mod:`scheduler.run_control`; the receipts, which can act on their own run, in
-:mod:`scheduler.receipts`.
+:mod:`scheduler.receipts`; the runs of ``schedule_many`` (:class:`Call`) in
+:mod:`scheduler.batch_calls`.
 
 Timeouts: the order auto-close workflow
 ---------------------------------------
@@ -44,18 +45,17 @@ the first is pending answers ``SendStatus.DUPLICATE`` and stores nothing, so
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar
 
 from broker_adapter.errors import InvalidArgument
 from broker_adapter.message import Message
 from broker_adapter.results import AbortStatus, MessageView, SendResult
-from scheduler.errors import InvalidSchedule
+from scheduler.batch_calls import Call, CallLike, batch_messages, check_key
 from scheduler.receipts import ScheduledJob, receipt_class
 from scheduler.run_control import RunControl
-from scheduler.spec import CRON_KEY_PREFIX, CronSpec, JobSpec
+from scheduler.spec import CronSpec, JobSpec
 from scheduler.timing import resolve_timing
 from scheduler.wire import Positional, make_encoder, positional
 
@@ -78,41 +78,6 @@ class _Unset:
 
 
 _NO_MESSAGE = Message("unset", b"")
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One run for :meth:`JobHandle.schedule_many`: arguments, key and, optionally,
-    its own timing (which wins over the batch's ``delay=``/``at=``/``delay_level=``).
-
-    Also the way to pass a keyword argument named ``delay``, ``at``,
-    ``delay_level`` or ``key`` to the job itself (``kwargs={"delay": 5}``).
-    """
-
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    key: str | None = None
-    delay: timedelta | float | None = None
-    at: datetime | None = None
-    delay_level: int | None = None
-
-    @property
-    def has_timing(self) -> bool:
-        """Whether this call sets its own timing."""
-        return self.delay is not None or self.at is not None or self.delay_level is not None
-
-
-#: What ``schedule_many`` accepts per run: a :class:`Call`, ``(args, kwargs)`` or
-#: ``(args, kwargs, key)``.
-CallLike = Call | tuple[Any, ...]
-
-
-def _check_key(key: object) -> None:
-    if type(key) is str and key.startswith(CRON_KEY_PREFIX):
-        raise InvalidSchedule(
-            f"key={key!r}: keys starting with {CRON_KEY_PREFIX!r} are reserved for cron "
-            "occurrences; choose another prefix, e.g. 'order:42'"
-        )
 
 
 class JobHandle(RunControl, Generic[P, R]):
@@ -221,7 +186,7 @@ class JobHandle(RunControl, Generic[P, R]):
         plain = self._plain
         if at is None and delay_level is None and type(delay) is plain[0] and delay == plain[1]:
             if key is not None:
-                _check_key(key)
+                check_key(key)
             message = plain[2].with_body(self._encode(args, kwargs), key)
         else:
             message = self._message(args, kwargs, delay, at, delay_level, key)
@@ -261,7 +226,7 @@ class JobHandle(RunControl, Generic[P, R]):
     ) -> Message:
         """The (checked) message of one run: shared by :meth:`schedule` and its twin."""
         if key is not None:
-            _check_key(key)
+            check_key(key)
         timing = self._timing(delay, at, delay_level)
         body = self._encode(args, kwargs)
         # Runs mostly repeat one timing (delay=30 * 60): a copy of the last message
@@ -332,37 +297,8 @@ class JobHandle(RunControl, Generic[P, R]):
         self, calls: Iterable[CallLike], default: Positional
     ) -> tuple[list[Message], list[str | None]]:
         """The messages of ``schedule_many``'s calls (checked), and their keys."""
-        topic, encode, prefix, name = self.topic, self._encode, CRON_KEY_PREFIX, self._name
-        # Calls with the batch's timing differ only in body and key: copies of one
-        # checked message (Message.with_body) cost less than a new Message each.
-        template = Message(topic, b"", None, name, *default).with_body
-        messages: list[Message] = []
-        keys: list[str | None] = []
-        add_message, add_key = messages.append, keys.append
-        for i, call in enumerate(calls):
-            if type(call) is tuple and 2 <= len(call) <= 3:
-                args, kwargs = call[0], call[1]
-                key = call[2] if len(call) == 3 else None
-                if type(key) is str and key.startswith(prefix):
-                    _check_key(key)
-                add_message(template(encode(args, kwargs), key))
-            elif isinstance(call, Call):
-                args, kwargs, key = call.args, call.kwargs, call.key
-                timing = (
-                    self._timing(call.delay, call.at, call.delay_level)
-                    if call.has_timing
-                    else default
-                )
-                if type(key) is str and key.startswith(prefix):
-                    _check_key(key)
-                add_message(Message(topic, encode(args, kwargs), key, name, *timing))
-            else:
-                raise TypeError(
-                    f"schedule_many() call {i} is {type(call).__name__} {call!r:.80}; give a "
-                    "Call(args, kwargs, key=...), an (args, kwargs) or an (args, kwargs, key) tuple"
-                )
-            add_key(key)
-        return messages, keys
+        template = Message(self.topic, b"", None, self._name, *default)
+        return batch_messages(calls, template, self._encode, self._timing)
 
     # -- cancelling and looking up ----------------------------------------------------
 
