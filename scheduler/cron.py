@@ -55,15 +55,14 @@ the grace is extended by the jitter, so a jittered run is never a misfire.
 
 from __future__ import annotations
 
-import bisect
 import logging
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker_adapter.errors import UnknownTopic
 from broker_adapter.message import Message
 from broker_adapter.results import AbortStatus, SendResult, SendStatus
+from scheduler.armed import ArmedOccurrences
 from scheduler.errors import JobNotFound
 from scheduler.jobcall import JobCall
 from scheduler.misfire import MAX_COUNTED, resolve_misfires
@@ -77,8 +76,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("chronoq.scheduler.CronPlanner")
 
-#: Armed occurrences remembered per schedule (to bound catch-up; see ``_fire_plan``).
-_REMEMBERED = 16
 #: Occurrences armed per ``send_batch`` (big batches stall the broker's wheel).
 _CHUNK = 500
 #: The reason a delivery runs nothing under the misfire policy.
@@ -119,9 +116,8 @@ class CronPlanner:
 
     def __init__(self, app: Scheduler) -> None:
         self._app = app
-        self._lock = threading.Lock()
-        # Occurrences this planner armed (or found armed), per plan series, ascending.
-        self._armed: dict[str, list[int]] = {}
+        #: Occurrences this planner armed (or found armed), per plan series.
+        self.armed = ArmedOccurrences()
         self._cron_plans: dict[str, tuple[CronSpec, Plan]] = {}
         self._def_plans: dict[str, tuple[ScheduleDef, Plan]] = {}
         self._def_specs: dict[str, tuple[Plan, JobSpec, CronSpec]] = {}
@@ -150,9 +146,7 @@ class CronPlanner:
             return cached[1]
         plan = Plan.of_def(d)
         self._def_plans[d.name] = (d, plan)
-        with self._lock:  # forget what other versions armed
-            for series in [s for s in self._armed if s.partition("\x00")[0] == d.name]:
-                del self._armed[series]
+        self.armed.forget(d.name)  # what other versions armed
         return plan
 
     def message(self, spec: CronSpec, fire_ms: int) -> Message:
@@ -179,21 +173,16 @@ class CronPlanner:
             chunk = occurrences[i : i + _CHUNK]
             sent = broker.send_batch([plan.message(t) for plan, t in chunk])
             results.extend(sent)
-            with self._lock:
-                for (plan, fire_ms), result in zip(chunk, sent, strict=True):
-                    armed = self._armed.setdefault(plan.series, [])
-                    j = bisect.bisect_left(armed, fire_ms)
-                    if j == len(armed) or armed[j] != fire_ms:
-                        armed.insert(j, fire_ms)
-                        del armed[:-_REMEMBERED]
-                    if _log.isEnabledFor(logging.DEBUG):
-                        _log.debug(
-                            "%s %s at %s (msg %s)",
-                            "armed" if result.status is SendStatus.OK else "already armed",
-                            plan.key(fire_ms),
-                            plan.trigger.local(fire_ms).isoformat(),
-                            result.msg_id,
-                        )
+            for (plan, fire_ms), result in zip(chunk, sent, strict=True):
+                self.armed.add(plan.series, fire_ms)
+                if _log.isEnabledFor(logging.DEBUG):
+                    _log.debug(
+                        "%s %s at %s (msg %s)",
+                        "armed" if result.status is SendStatus.OK else "already armed",
+                        plan.key(fire_ms),
+                        plan.trigger.local(fire_ms).isoformat(),
+                        result.msg_id,
+                    )
         return results
 
     def arm(self, plan: Plan, now_ms: int | None = None) -> int | None:
@@ -226,9 +215,7 @@ class CronPlanner:
         except UnknownTopic:
             return 0
         aborted = sum(broker.abort(key=k, topic=topic).status is AbortStatus.ABORTED for k in keys)
-        with self._lock:
-            for series in [s for s in self._armed if s.partition("\x00")[0] == name]:
-                del self._armed[series]
+        self.armed.forget(name)
         return aborted
 
     def arm_all(self, now_ms: int | None = None) -> int:
@@ -255,10 +242,13 @@ class CronPlanner:
                 plans.append(self.plan_of_def(d))
         if stored:
             self.store.keep_alive(stored)
+        # Only what this planner has not armed itself: the broker would answer
+        # DUPLICATE anyway, but with thousands of schedules the sends add up.
         occurrences = [
             (p, t)
             for p in plans
-            if (t := p.next_after(self._floor(p, now))) is not None and not self._knows(p, t)
+            if (t := p.next_after(self._floor(p, now))) is not None
+            and not self.armed.knows(p.series, t)
         ]
         return sum(r.status is SendStatus.OK for r in self._send(occurrences))
 
@@ -267,20 +257,8 @@ class CronPlanner:
         but not before the latest occurrence this planner armed. After the clock stepped
         back, the occurrences in between already ran (or came before the schedule ran at
         all); arming one would run it at once, early."""
-        with self._lock:
-            armed = self._armed.get(plan.series)
-            return max(now_ms, armed[-1] - 1) if armed else now_ms
-
-    def _knows(self, plan: Plan, fire_ms: int) -> bool:
-        """Whether this planner armed (or found armed) ``plan``'s occurrence ``fire_ms``:
-        a periodic ``arm_all`` sends only the others (the broker would answer
-        ``DUPLICATE`` anyway; with thousands of schedules the sends add up)."""
-        with self._lock:
-            armed = self._armed.get(plan.series)
-            if not armed:
-                return False
-            i = bisect.bisect_left(armed, fire_ms)
-            return i < len(armed) and armed[i] == fire_ms
+        latest = self.armed.latest(plan.series)
+        return now_ms if latest is None else max(now_ms, latest - 1)
 
     # -- firing -------------------------------------------------------------------------
 
@@ -341,9 +319,7 @@ class CronPlanner:
         """Drop what is cached of a stored schedule that is gone."""
         self._def_plans.pop(name, None)
         self._def_specs.pop(name, None)
-        with self._lock:
-            for series in [s for s in self._armed if s.partition("\x00")[0] == name]:
-                del self._armed[series]
+        self.armed.forget(name)
 
     def _spec_of(self, d: ScheduleDef, plan: Plan, job: JobSpec) -> CronSpec:
         cached = self._def_specs.get(d.name)
@@ -382,13 +358,6 @@ class CronPlanner:
         )
         return [] if firing is None else list(firing.run)
 
-    def _armed_after(self, series: str, fire_ms: int) -> int | None:
-        """The first occurrence after ``fire_ms`` this planner knows is armed."""
-        with self._lock:
-            armed = self._armed.get(series, [])
-            i = bisect.bisect_right(armed, fire_ms)
-            return armed[i] if i < len(armed) else None
-
     def _fire_plan(
         self, plan: Plan, fire_ms: int, now_ms: int, redelivery: bool
     ) -> tuple[tuple[int, ...], str]:
@@ -399,7 +368,7 @@ class CronPlanner:
         if nxt is not None:
             self._send([(plan, nxt)])
         decision = resolve_misfires(plan.trigger, fire_ms - 1, now, plan.policy)
-        cap = self._armed_after(plan.series, fire_ms)
+        cap = self.armed.first_after(plan.series, fire_ms)
         run = tuple(t for t in decision.run if (cap is None or t < cap) and plan.in_window(t))
         if redelivery and any(t != fire_ms for t in run):
             run = self._leave_to_own_messages(plan, fire_ms, run)
