@@ -1,4 +1,4 @@
-"""The firing thread and the pub/sub listener of a Redis broker.
+"""The firing threads of a Redis broker (its listener: :mod:`~broker_adapter.redis.listener`).
 
 Every broker process fires (no leader): :class:`Firer` runs ``fire.lua`` on the
 shards whose next due time or invisible-time deadline has come, in one pipeline,
@@ -27,12 +27,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.errors import InvalidArgument
 from broker_adapter.redis.keys import Keyspace
-from broker_adapter.redis.news import ReadyNews
+from broker_adapter.redis.news import ReadyNews, others_listen
 from broker_adapter.redis.scripts import Scripts, Step
 from broker_adapter.timer_slack import tighten as tighten_timer_slack
 
@@ -218,6 +216,13 @@ class Firer:
                     self._heads[s] = head
                 if deadline >= 0 and deadline < self._deadlines[s]:
                     self._deadlines[s] = deadline
+            # A pull may have taken the duty while this pass hid these shards' heads,
+            # for a later head it could see: it sleeps until that one, and the threads
+            # leave the due shards to it meanwhile (a 100 ms stall with due slices).
+            duty = self._duty
+            earlier = duty is not None and min(self._heads[s] for s in shards) < duty
+        if earlier:
+            self._news.tell(())  # the pull holding the duty looks again
         return moved_in
 
     def not_fired(self, shards: list[int], scans: list[bool]) -> None:
@@ -325,23 +330,11 @@ class Firer:
         return self._duty is not None or now < self._pull_fired + DUTY_GRACE_MS
 
     def check_listeners(self) -> None:
-        """Publish ready news only when another process listens (on a cluster, the
-        subscribers of every node are summed). Each sweep checks again, so a process
-        that subscribes later is heard from the next sweep on; until then its waiting
-        pulls look every ``RECHECK_S``."""
-        client, channel = self._client, self._keys.ready_channel
-        try:
-            if self._scripts.cluster:
-                listeners = 0
-                for node in client.get_nodes():
-                    counts = client.pubsub_numsub(channel, target_nodes=node)
-                    listeners += int(counts[0][1]) if counts else 0
-            else:
-                counts = client.pubsub_numsub(channel)
-                listeners = int(counts[0][1]) if counts else 0
-            self._publish = listeners != 1  # 0: not even ours yet, publish to be safe
-        except RedisError:
-            self._publish = True
+        """Publish ready news only when another process listens (see
+        :func:`~broker_adapter.redis.news.others_listen`). Each sweep checks again, so
+        a process that subscribes later is heard from the next sweep on; until then its
+        waiting pulls look every ``RECHECK_S``."""
+        self._publish = others_listen(self._client, self._keys.ready_channel, self._scripts.cluster)
 
     def fire_once(self, group: int | None = None) -> int:
         """One pass over the shards that need it (of ``group`` only, or of every group);
@@ -413,80 +406,3 @@ class Firer:
                 time.sleep(0.2)
                 with self._cond:
                     self._full[g] = True
-
-
-class Listener:
-    """Listens on the broker's ``wake`` and ``ready`` channels (other processes' news).
-
-    :param client: the Redis client to subscribe with.
-    :param keys: the broker's keyspace (its channels and shards).
-    :param firer: told of earlier due times heard on ``wake``.
-    :param news: told what is heard on ``ready``.
-    """
-
-    def __init__(self, client: Any, keys: Keyspace, firer: Firer, news: ReadyNews) -> None:
-        self._client = client
-        self._keys = keys
-        self._wake_channel = keys.wake_channel.encode()
-        self._firer = firer
-        self._news = news
-        self._closed = False
-        self._pubsub: Any = None
-        self.log = logging.getLogger("chronoq.broker_adapter.Listener")
-        self.log.addHandler(logging.NullHandler())
-        self._thread = threading.Thread(target=self._run, name="chronoq-redis-listen", daemon=True)
-
-    def start(self) -> None:
-        """Subscribe (before returning, so no news after this is missed) and start."""
-        self._subscribe()
-        self._thread.start()
-
-    def _subscribe(self) -> None:
-        ps = self._client.pubsub(ignore_subscribe_messages=True)
-        ps.subscribe(self._keys.wake_channel, self._keys.ready_channel)
-        self._pubsub = ps
-
-    def close(self) -> None:
-        """Stop listening."""
-        self._closed = True
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-        try:
-            if self._pubsub is not None:
-                self._pubsub.close()
-        except (RedisError, OSError):
-            pass
-
-    def _handle(self, channel: bytes, data: bytes) -> None:
-        if channel == self._wake_channel:
-            shard, _, due = data.partition(b":")
-            s = int(shard)
-            if 0 <= s < self._keys.shards:
-                self._firer.note_due(s, int(due))
-        else:
-            self._news.heard(data)
-
-    def _run(self) -> None:
-        while not self._closed:
-            try:
-                if self._pubsub is None:
-                    self._subscribe()
-                    self._news.tell(range(self._keys.shards))  # news may be lost
-                    self._firer.kick()
-                msg = self._pubsub.get_message(timeout=0.2)
-                if msg is not None and msg.get("type") == "message":
-                    ch = msg["channel"]
-                    self._handle(ch if isinstance(ch, bytes) else ch.encode(), msg["data"])
-            except Exception:
-                if self._closed:
-                    return
-                self.log.warning(
-                    "pub/sub listener lost its connection; resubscribing", exc_info=True
-                )
-                try:
-                    if self._pubsub is not None:
-                        self._pubsub.close()
-                except (RedisError, OSError):
-                    pass
-                self._pubsub = None
-                time.sleep(0.2)

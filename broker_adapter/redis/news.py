@@ -98,4 +98,22 @@ class ReadyNews:
             return self._epoch != epoch
 
 
-__all__ = ["ReadyNews", "ShardWatcher"]
+def others_listen(client: Any, channel: str, cluster: bool) -> bool:
+    """Whether a process other than this one listens on ``channel`` (on a cluster, the
+    subscribers of every node summed); ``True`` when unsure (none yet, not even this
+    one's listener, or Redis refused the count): publishing then is safe."""
+    try:
+        if cluster:
+            listeners = 0
+            for node in client.get_nodes():
+                counts = client.pubsub_numsub(channel, target_nodes=node)
+                listeners += int(counts[0][1]) if counts else 0
+        else:
+            counts = client.pubsub_numsub(channel)
+            listeners = int(counts[0][1]) if counts else 0
+    except RedisError:
+        return True
+    return listeners != 1
+
+
+__all__ = ["ReadyNews", "ShardWatcher", "others_listen"]

@@ -37,11 +37,12 @@ S = TypeVar("S", bound=Scripts)
 
 @contextmanager
 def started_firer(
-    redis_url: str, make_scripts: Callable[[Any], S]
+    redis_url: str, make_scripts: Callable[[Any], S], shards: int = 1
 ) -> Iterator[tuple[Firer, S, Keyspace, ReadyNews]]:
-    """A started firer on one shard, the system clock and scripts ``make_scripts(client)``."""
+    """A started firer on ``shards`` shards, the system clock and scripts
+    ``make_scripts(client)``."""
     client = redis.Redis.from_url(redis_url)
-    keys = Keyspace.build("cq", 1)
+    keys = Keyspace.build("cq", shards)
     scripts = make_scripts(client)
     scripts.load()
     news = ReadyNews(client, keys.ready_channel)
@@ -229,3 +230,31 @@ def test_a_pull_refused_the_duty_during_a_threads_pass_hears_when_the_pass_ends(
             assert news.wait_changed(epoch, 5)
         finally:
             scripts.release.set()  # before the firer's close joins its thread
+
+
+def test_a_pull_holding_the_duty_hears_of_an_earlier_head_a_threads_pass_found(
+    redis_url: str,
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    with started_firer(redis_url, HeldScripts, shards=2) as (f, scripts, keys, news):
+        try:
+            # Given the thread's first pass (a sweep of both shards) in flight, hiding
+            # their heads, a later head known in shard 1 and a sooner message lying in
+            # shard 0 (the pass will find it)
+            assert scripts.entered.wait(10)
+            later = now_ms() + 60_000
+            f.note_due(1, later)
+            client.zadd(keys.due_keys[0], {"1": later - 30_000})
+            # and a pull holding the duty for the only head it could see
+            assert f.take_duty(later) == later
+            epoch = news.epoch
+            # When the pass ends, its reply showing shard 0's sooner head
+            scripts.release.set()
+            # Then the pull hears of it (before, it slept until its later head while the
+            # threads left the due shard to it: the due-slice bench's 100 ms stalls)
+            assert news.wait_changed(epoch, 5)
+            assert f.next_due(0) == later - 30_000
+        finally:
+            scripts.release.set()  # before the firer's close joins its thread
+            f.end_duty(fired=False)
+    client.close()

@@ -18,7 +18,8 @@ from broker_adapter.errors import InvalidArgument
 from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
 from broker_adapter.redis import keys as K
-from broker_adapter.redis.firer import Firer, Listener
+from broker_adapter.redis.firer import Firer
+from broker_adapter.redis.listener import Listener
 from broker_adapter.redis.news import ReadyNews
 from broker_adapter.redis.scripts import Scripts
 from broker_adapter.results import AbortStatus, SendResult, SendStatus
