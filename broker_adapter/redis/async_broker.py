@@ -28,12 +28,13 @@ from broker_adapter.base import (
     DEFAULT_RETENTION_MS,
     RESCHEDULE_PAST_TOLERANCE_MS,
 )
-from broker_adapter.checks import NewDue, check_positive_settings
+from broker_adapter.checks import NewDue, check_int, check_positive_settings
 from broker_adapter.clock import Clock, SystemClock
 from broker_adapter.message import Message
 from broker_adapter.redis import keys as K
 from broker_adapter.redis.async_scripts import AsyncScripts, open_async_client
 from broker_adapter.redis.client_calls import (
+    KEYLESS_SLICE_MS,
     abort_call,
     abort_result,
     message_keys,
@@ -41,6 +42,7 @@ from broker_adapter.redis.client_calls import (
     pending_views,
     plan_send,
     retry_groups,
+    slice_counts,
     stat_keys,
 )
 from broker_adapter.redis.connect import parse_url
@@ -98,6 +100,10 @@ class AsyncRedisBroker(AsyncAdapterBase):
     :param max_batch: messages most coalesced script calls carry.
     :param closes: more ``redis.asyncio`` objects to close with the client (e.g. the
         ``Sentinel`` that names its master).
+    :param keyless_slice_ms: on a cluster, where keyless messages go, as
+        :class:`~broker_adapter.redis.broker.RedisBroker` places them (one master per
+        due slice; ``0``: spread each batch evenly).
+    :raises InvalidArgument: for a setting out of range.
     """
 
     def __init__(
@@ -112,6 +118,7 @@ class AsyncRedisBroker(AsyncAdapterBase):
         retention_ms: int = DEFAULT_RETENTION_MS,
         max_batch: int = MAX_BATCH,
         closes: Sequence[Any] = (),
+        keyless_slice_ms: int = KEYLESS_SLICE_MS,
     ) -> None:
         keys = Keyspace.for_client(prefix, shards, cluster=isinstance(client, RedisCluster))
         check_positive_settings(
@@ -129,7 +136,12 @@ class AsyncRedisBroker(AsyncAdapterBase):
         self._clock: Clock = clock or SystemClock()
         self._keys = keys
         self._scripts = AsyncScripts(client)
+        self._slice_ms = check_int("keyless_slice_ms", keyless_slice_ms, minimum=0)
         self._rr = 0  # the shard the next keyless batch starts in (one loop: no lock)
+        # keyless messages placed per due slice, and the shards of each master (learnt
+        # at the first send: the slot map comes with the first command)
+        self._slice_counts: dict[int, int] = {}
+        self._masters: list[list[int]] | None = None
         self._sender = SendCoalescer(self._write, max_batch=max_batch)
 
     @classmethod
@@ -163,7 +175,21 @@ class AsyncRedisBroker(AsyncAdapterBase):
         keys = self._keys
         rr = self._rr
         self._rr = (rr + 1) % keys.shards
-        plan = plan_send(messages, keys, self._clock.now_ms(), self._max_delay_ms, rr)
+        with redis_errors("send"):
+            if self._masters is None:
+                await self._scripts.ready()
+                self._masters = self._scripts.by_node(keys.due_keys)
+        counts = slice_counts(self._slice_counts)
+        plan = plan_send(
+            messages,
+            keys,
+            self._clock.now_ms(),
+            self._max_delay_ms,
+            rr,
+            self._masters,
+            self._slice_ms,
+            counts,
+        )
         with redis_errors("send"):
             replies = await self._scripts.fan(
                 "send", plan.due_keys, (keys.wake_channel,), plan.groups

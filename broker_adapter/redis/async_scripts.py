@@ -22,7 +22,7 @@ from redis.exceptions import NoScriptError
 
 from broker_adapter.redis.connect import TIMEOUTS, ClientSpec
 from broker_adapter.redis.persistence import check_persistence_async
-from broker_adapter.redis.scripts import SHAS, SOURCES, Call
+from broker_adapter.redis.scripts import SHAS, SOURCES, Call, group_by_node
 
 #: Most connections one asyncio client opens to one Redis node. Concurrent sends share
 #: script calls (see :mod:`~broker_adapter.redis.send_coalescer`), so a few carry any
@@ -120,6 +120,13 @@ class AsyncScripts:
             if isinstance(r, Exception):
                 raise r
         return results
+
+    def by_node(self, keys: Sequence[str]) -> list[list[int]]:
+        """The indexes of ``keys`` grouped by the master that holds each now (one group
+        on one instance; on a cluster after :meth:`ready`, which learns the slot map)."""
+        if not self.cluster:
+            return [list(range(len(keys)))]
+        return group_by_node(keys, lambda k: str(self._client.get_node_from_key(k).name))
 
     async def fan(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
@@ -113,6 +113,15 @@ SOURCES["pull"] = _pull_source()
 SHAS: dict[str, str] = {n: hashlib.sha1(s.encode()).hexdigest() for n, s in SOURCES.items()}
 
 
+def group_by_node(keys: Sequence[str], node_of: Callable[[str], str]) -> list[list[int]]:
+    """The indexes of ``keys`` grouped by ``node_of(key)`` (a master's name), in
+    first-seen order (each broker's ``by_node`` on a cluster)."""
+    groups: dict[str, list[int]] = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(node_of(k), []).append(i)
+    return list(groups.values())
+
+
 class ReplyLost(RedisConnectionError):
     """A call was sent but its connection broke before the reply: it may have run, so
     it is not made again (a send would be stored twice)."""
@@ -184,10 +193,7 @@ class Scripts:
         on one instance), in first-seen order."""
         if not self.cluster:
             return [list(range(len(keys)))]
-        groups: dict[str, list[int]] = {}
-        for i, k in enumerate(keys):
-            groups.setdefault(self._node(k).name, []).append(i)
-        return list(groups.values())
+        return group_by_node(keys, lambda k: str(self._node(k).name))
 
     def _node(self, key: str) -> Any:
         """The master holding ``key`` (cached until a call fails)."""

@@ -20,7 +20,10 @@ from broker_adapter.errors import BrokerClosed, ConnectionFailed, InvalidArgumen
 from broker_adapter.message import Message
 from broker_adapter.redis import RedisBroker
 from broker_adapter.redis.async_broker import AsyncRedisBroker
+from broker_adapter.redis.client_calls import KEYLESS_SLICE_MS
+from broker_adapter.redis.connect import open_client
 from broker_adapter.redis.keys import Keyspace
+from broker_adapter.redis.scripts import Scripts
 from broker_adapter.redis.send_coalescer import MAX_WRITES
 from broker_adapter.results import AbortStatus, MessageState, SendStatus
 from tests.conftest import START_MS
@@ -503,6 +506,42 @@ def test_on_a_cluster_async_sends_spread_over_the_shards_and_a_sync_consumer_get
         assert sorted(m.msg_id for m in got) == sorted(set(ids) - {ids[0], ids[125]})
         again = sync_broker.send(Message("t", key="k7", deliver_at_ms=START_MS + 1_000))
         assert again.status is SendStatus.DUPLICATE  # fired, asked for the same due ms
+    finally:
+        sync_broker.close()
+
+
+def test_on_a_cluster_async_and_sync_clients_put_a_due_slice_on_the_same_shard(
+    cluster: RedisClusterProcs,
+) -> None:
+    # Given: keyless messages due in 9 slices in a row, sent by both clients
+    clock = ManualClock(START_MS)
+    sync_broker = RedisBroker.from_url(cluster.url, clock=clock, fire=False)
+    slice0 = START_MS // KEYLESS_SLICE_MS + 100
+    dues = [(slice0 + k) * KEYLESS_SLICE_MS + i for k in range(9) for i in range(3)]
+
+    async def main() -> list[str]:
+        async with AsyncRedisBroker.from_url(cluster.url, clock=clock) as broker:
+            sent = await broker.send_batch([Message("t", deliver_at_ms=d) for d in dues])
+            return [r.msg_id for r in sent]
+
+    try:
+        mine = run(main)
+        theirs = [
+            r.msg_id for r in sync_broker.send_batch([Message("t", deliver_at_ms=d) for d in dues])
+        ]
+        # Then: a slice lies on one shard whichever client sent it, and the slices
+        # take the masters in turn (before, the async client spread each batch evenly)
+        shard = [int(i.split("-")[0]) for i in mine]
+        assert shard == [int(i.split("-")[0]) for i in theirs]
+        client, _opts = open_client(cluster.url)
+        try:
+            masters = Scripts(client).by_node(sync_broker.keyspace.due_keys)
+        finally:
+            client.close()
+        master_of = {s: m for m, g in enumerate(masters) for s in g}
+        for k in range(9):
+            assert len(set(shard[3 * k : 3 * k + 3])) == 1
+        assert len({master_of[shard[3 * k]] for k in range(3)}) == 3
     finally:
         sync_broker.close()
 

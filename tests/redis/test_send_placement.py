@@ -10,7 +10,7 @@ import pytest
 
 from broker_adapter.message import Message
 from broker_adapter.redis import keys as K
-from broker_adapter.redis.client_calls import SLICE_RUN, plan_send
+from broker_adapter.redis.client_calls import SLICE_RUN, plan_send, sliced_shard
 
 NOW = 1_700_000_000_000
 #: 12 shards on 3 masters, as ``Scripts.by_node`` groups a fresh 3-master cluster's
@@ -92,3 +92,16 @@ def test_keyed_messages_go_to_their_key_shard_whatever_the_slices() -> None:
     for s, idx in zip(plan.shards, plan.indexes, strict=True):
         for i in idx:
             assert s == K.key_shard("t", f"k{i}", 12)
+
+
+@pytest.mark.parametrize("masters", [MASTERS, [[0, 1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11]]])
+def test_a_batch_places_each_keyless_message_where_sliced_shard_says(
+    masters: list[list[int]],
+) -> None:
+    # uneven masters (slots moved) too: a batch takes no shortcut sliced_shard does not
+    rng = random.Random(3)
+    dues = [NOW + rng.randrange(2_000) for _ in range(3_000)]  # ~12 per slice, some runs full
+    dues += [NOW + 800] * (SLICE_RUN + 5)
+    counts: dict[int, int] = {}
+    expected = [sliced_shard(d, masters, 8, counts) for d in dues]
+    assert _shards(dues, 8, 0, masters) == expected
