@@ -14,9 +14,10 @@ import importlib
 from typing import Any
 from urllib.parse import parse_qsl
 
-from broker_adapter.async_base import AsyncBrokerAdapter, ThreadedAsyncBroker
+from broker_adapter.async_base import AsyncBrokerAdapter
 from broker_adapter.base import BrokerAdapter
 from broker_adapter.errors import InvalidArgument, UnknownScheme
+from broker_adapter.threaded_async import ThreadedAsyncBroker
 
 #: scheme -> "module:Class"; each class has ``from_url(url, **kwargs)``.
 ADAPTERS: dict[str, str] = {
@@ -32,7 +33,7 @@ ADAPTERS: dict[str, str] = {
 
 #: scheme -> "module:Class" of the adapters that speak their protocol on the event loop
 #: (each has ``from_url(url, **kwargs)``); any other scheme gets its sync adapter
-#: behind a :class:`~broker_adapter.async_base.ThreadedAsyncBroker`.
+#: behind a :class:`~broker_adapter.threaded_async.ThreadedAsyncBroker`.
 ASYNC_ADAPTERS: dict[str, str] = {}
 ASYNC_ADAPTERS["chronoq"] = "broker_adapter.server.async_client:AsyncRemoteBroker"
 ASYNC_ADAPTERS["chronoq+unix"] = ASYNC_ADAPTERS["chronoq"]

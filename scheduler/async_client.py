@@ -9,7 +9,7 @@ keeps for the app:
 
 * a local broker (``rocksdb://``, ``memory://``; or a broker object given to the
   app) is reached through the app's own sync broker on a few threads
-  (:class:`~broker_adapter.async_base.ThreadedAsyncBroker`): one process owns a
+  (:class:`~broker_adapter.threaded_async.ThreadedAsyncBroker`): one process owns a
   RocksDB directory, and a ``memory://`` broker lives in the app's handle;
 * a URL whose scheme has a native async adapter
   (:data:`~broker_adapter.urls.ASYNC_ADAPTERS`) gets one of its own, speaking the
@@ -34,9 +34,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_adapter.async_base import AsyncBrokerAdapter, ThreadedAsyncBroker
+from broker_adapter.async_base import AsyncBrokerAdapter
 from broker_adapter.base import BrokerAdapter
 from broker_adapter.errors import BrokerClosed
+from broker_adapter.threaded_async import ThreadedAsyncBroker
 from broker_adapter.urls import ASYNC_ADAPTERS, open_async_broker, split_url
 from scheduler.loop_rule import loop_running
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from broker_adapter import Message, open_broker
-from broker_adapter.async_base import ThreadedAsyncBroker
 from broker_adapter.base import BrokerAdapter
 from broker_adapter.errors import BrokerClosed, InvalidDelay
 from broker_adapter.results import SendResult, SendStatus
+from broker_adapter.threaded_async import ThreadedAsyncBroker
 
 
 class CountingBroker:

@@ -227,7 +227,7 @@ def open_async_of(h: Harness) -> AsyncBrokerAdapter:
     ``ASYNC_ADAPTERS`` has one, else the threaded fallback); for a local one
     (embedded, memory) the harness's own broker on threads, since one process owns
     a RocksDB directory (see ``scheduler.async_client``)."""
-    from broker_adapter.async_base import ThreadedAsyncBroker
+    from broker_adapter.threaded_async import ThreadedAsyncBroker
     from broker_adapter.urls import open_async_broker
 
     if h.adapter == "remote":

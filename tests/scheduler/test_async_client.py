@@ -19,9 +19,10 @@ from typing import Any, TypeVar
 import pytest
 
 from broker_adapter import AbortStatus, MessageState, SendStatus
-from broker_adapter.async_base import AsyncAdapterBase, ThreadedAsyncBroker
+from broker_adapter.async_base import AsyncAdapterBase
 from broker_adapter.clock import ManualClock
 from broker_adapter.errors import BrokerClosed, InvalidArgument
+from broker_adapter.threaded_async import ThreadedAsyncBroker
 from scheduler import Call, JobHandle, Scheduler, SyncCallInEventLoop
 from scheduler.errors import InvalidSchedule, UnserializableArgument
 from scheduler.loop_rule import is_local
