@@ -18,7 +18,6 @@ import pytest
 
 from broker_adapter.base import (
     Consumer,
-    ReceivedMessage,
     dead_letter_topic,
     retry_backoff_ms,
 )
@@ -36,6 +35,7 @@ from broker_adapter.results import (
     AbortStatus,
     GroupStats,
     MessageState,
+    ReceivedMessage,
     SendResult,
     SendStatus,
     TopicStats,
