@@ -12,7 +12,8 @@ in a hot loop and when each call follows a timed wait of ``--wait-ms`` (a
 CPU excluded. The steps, on a fresh RocksDB directory (real ``RocksStore``):
 
 * ``nothing``: an empty call (the probe's own cost);
-* ``timed wait``: the wait itself (its CPU: the futex, the wake-up, the GIL);
+* ``timed wait``: the wait itself (its CPU: the futex, the wake-up, the GIL), as
+  a ``threading.Event``, the pull's ``ReadySignal`` and a bare ``Lock.acquire``;
 * ``WriteBatch()``: a new raw-mode batch;
 * ``fire batch``: the batch of one fired message as ``BrokerCore.fire_due``
   builds it (wheel delete, ready put, counters, fire position), not written;
@@ -42,6 +43,7 @@ if __package__ in (None, ""):
 from rocksdict import WriteBatch, WriteOptions
 
 from broker_adapter.embedded import keys as K
+from broker_adapter.embedded.consumer import ReadySignal
 from broker_adapter.embedded.store import RocksStore
 
 _tt = time.thread_time
@@ -64,13 +66,27 @@ def per_call(step: Callable[[int], object], calls: int, wait_s: float) -> tuple[
     return hot / calls * 1e6, cold / calls * 1e6
 
 
-def wait_cpu(calls: int, wait_s: float) -> float:
-    """Thread CPU (us) of one timed wait of ``wait_s``."""
-    pause = threading.Event().wait
+def wait_cpu(calls: int, pause: Callable[[], object]) -> float:
+    """Thread CPU (us) of one timed wait, ``pause()``."""
     t0 = _tt()
     for _ in range(calls):
-        pause(wait_s)
+        pause()
     return (_tt() - t0) / calls * 1e6
+
+
+def waits(wait_s: float) -> list[tuple[str, Callable[[], object]]]:
+    """The timed waits compared: a ``threading.Event`` (a ``Condition``: Python code
+    around a new lock per wait), the pull's :class:`ReadySignal`, and a bare
+    ``Lock.acquire`` with a timeout (C only)."""
+    event = threading.Event()
+    signal = ReadySignal()
+    held = threading.Lock()
+    held.acquire()
+    return [
+        ("timed wait (Event)", lambda: event.wait(wait_s)),
+        ("timed wait (ReadySignal)", lambda: signal.wait(signal.epoch, wait_s)),
+        ("timed wait (Lock.acquire)", lambda: held.acquire(True, wait_s)),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -114,11 +130,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
         print(f"== wake_cost: {args.calls:,} calls, waits of {args.wait_ms:g} ms, load {load} ==")
-        print(f"  {'step':<22} {'hot us':>8} {'after a wait us':>16} {'added us':>9}")
-        print(f"  {'timed wait':<22} {'':>8} {wait_cpu(args.calls, wait_s):16.1f}")
+        print(f"  {'step':<26} {'hot us':>8} {'after a wait us':>16} {'added us':>9}")
+        for name, pause in waits(wait_s):
+            print(f"  {name:<26} {'':>8} {wait_cpu(args.calls, pause):16.1f}")
         for name, step in steps:
             hot, cold = per_call(step, args.calls, wait_s)
-            print(f"  {name:<22} {hot:8.1f} {cold:16.1f} {cold - hot:9.1f}")
+            print(f"  {name:<26} {hot:8.1f} {cold:16.1f} {cold - hot:9.1f}")
         store.close()
     print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0

@@ -137,8 +137,11 @@ class EmbeddedConsumer(Consumer):
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             epoch = signal.epoch
-            with group.lock:
-                got = [] if self._paused else self._take(max_messages, core.now())
+            if self.has_new():
+                with group.lock:
+                    got = [] if self._paused else self._take(max_messages, core.now())
+            else:  # the usual look before a wait finds nothing: skip the lock and take
+                got = []
             if got:
                 soonest = group.next_deadline()
                 if soonest is not None:  # the wheel thread redelivers at that deadline
@@ -151,6 +154,19 @@ class EmbeddedConsumer(Consumer):
                 continue
             signal.wait(epoch, remaining)
             self._registry.check_open()
+
+    def has_new(self) -> bool:
+        """Whether a topic of this consumer has ready keys past its group's cursor (its
+        tail is at or after the cursor), read without the group's lock. A take finds
+        nothing otherwise. A fire moves a tail before it bumps the ready signal's
+        epoch, so a pull that read the epoch first either sees the new tail here or
+        is woken at once by its wait."""
+        tails, cursors = self._core.tails, self._group.cursors
+        for tid in self._tids:
+            tail = tails.get(tid)
+            if tail is not None and cursors[tid] <= tail:
+                return True
+        return False
 
     def _fire_when_due(self, epoch: int, remaining: float) -> bool:
         """When the wheel's next due time comes within ``remaining`` s, wait for it

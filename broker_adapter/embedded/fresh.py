@@ -30,6 +30,22 @@ FRESH_MAX = 4096
 Chunk = Mapping[int, tuple[list[bytes], list[bytes]]]
 
 
+def last_from(keys: list[bytes], cursor: bytes, end: int) -> int:
+    """``bisect_left(keys, cursor, 0, end)`` searched from ``end`` back in growing steps:
+    a pull's cursor is at or near the end of what was fired (the chunk it waits for),
+    so this reads the last few keys rather than a bisection's dozen cold ones."""
+    step = 1
+    hi = end
+    while True:
+        at = hi - step
+        if at <= 0:
+            return bisect.bisect_left(keys, cursor, 0, hi)
+        if keys[at] < cursor:
+            return bisect.bisect_left(keys, cursor, at + 1, hi)
+        hi = at
+        step += step
+
+
 class FreshRows:
     """The newest fired entries per topic; written under the broker lock, read by any thread."""
 
@@ -79,9 +95,9 @@ class FreshRows:
         end = len(keys)
         if not end or cursor < keys[0]:
             return None
-        at = bisect.bisect_left(keys, cursor, 0, end)
+        at = last_from(keys, cursor, end)
         stop = min(end, at + limit)
         return list(zip(keys[at:stop], records[at:stop], strict=True))
 
 
-__all__ = ["FRESH_MAX", "Chunk", "FreshRows"]
+__all__ = ["FRESH_MAX", "Chunk", "FreshRows", "last_from"]

@@ -39,6 +39,22 @@ _END = b"\xff" * 17
 _COMPACT_MIN = 4096
 
 
+def due_end(run: list[Entry], probe: tuple[bytes], lo: int, hi: int) -> int:
+    """``bisect_left(run, probe, lo, hi)``, searching from ``lo`` in growing steps:
+    a fire takes the few entries at the head of a run of ~1,000, and a plain
+    bisection's ten probes there land on ten cold entries (it was ~6 % of the
+    firing thread's CPU at 670 fires/s, issue 16); this touches two or three."""
+    step = 1
+    while True:
+        at = lo + step - 1
+        if at >= hi:
+            return bisect_left(run, probe, lo, hi)
+        if not run[at] < probe:
+            return bisect_left(run, probe, lo, at)
+        lo = at + 1
+        step += step
+
+
 class TimingWheel:
     """Due-time order over the ``wheel`` family with an in-memory near window.
 
@@ -68,6 +84,7 @@ class TimingWheel:
         self._heap: list[Entry] = []
         self._cancelled: set[bytes] = set()
         self.watermark = start
+        self._watermark_ms = wheel_time(start)  # read on every fire and pull: kept, not parsed
         self.window_ms = window_ms
         self.step_ms = step_ms
         self.max_entries = max_entries
@@ -115,8 +132,8 @@ class TimingWheel:
             # A backlog (burst, restart): fire straight from the sequential scan.
             rows = self._store.scan(CF_WHEEL, self.watermark, bound, limit)
             if rows:
-                self.watermark = rows[-1][0] + b"\x00"
-                self._next_disk_ms = wheel_time(self.watermark)
+                self._move_watermark(rows[-1][0] + b"\x00")
+                self._next_disk_ms = self._watermark_ms
                 return [(key, (record[2] << 8) | record[3], record) for key, record in rows]
         # The fallback: a pull tops the window up at a quiet moment (top_up) a step
         # sooner, so that a due chunk seldom waits behind this scan (issue 16).
@@ -128,7 +145,7 @@ class TimingWheel:
             head = self._head
             if head == len(run) and not heap and not self.refill(now_ms, force=True):
                 break
-            stop = bisect_left(run, probe, head, min(len(run), head + limit - len(out)))
+            stop = due_end(run, probe, head, min(len(run), head + limit - len(out)))
             if heap and heap[0][0] < bound:
                 first = heap[0][0]
                 if stop == head or first < run[head][0]:
@@ -177,7 +194,7 @@ class TimingWheel:
             return due
         load_at = max(
             self._next_disk_ms - self.window_ms,
-            wheel_time(self.watermark) - self.window_ms + 2 * self.step_ms,
+            self._watermark_ms - self.window_ms + 2 * self.step_ms,
         )
         return load_at if due is None else min(due, load_at)
 
@@ -188,10 +205,11 @@ class TimingWheel:
         plus ``lag_ms``.
         """
         horizon = now_ms + self.window_ms
+        # The usual answer first (the window is full enough), without a call.
+        if not force and self._watermark_ms >= horizon - self.step_ms - lag_ms:
+            return 0
         nd = self._next_disk_ms
         if nd is None or nd >= horizon or len(self) >= self.max_entries:
-            return 0
-        if not force and wheel_time(self.watermark) >= horizon - self.step_ms - lag_ms:
             return 0
         upper = wheel_key(horizon, 0)
         if self.watermark >= upper:
@@ -201,10 +219,14 @@ class TimingWheel:
         # In key order, above everything held: the run stays sorted (tid: record_tid).
         self._run += [(key, (record[2] << 8) | record[3], record) for key, record in rows]
         if len(rows) < room:
-            self.watermark = upper
+            self._move_watermark(upper)
             beyond = self._store.scan(CF_WHEEL, upper, _END, 1)
             self._next_disk_ms = wheel_time(beyond[0][0]) if beyond else None
         else:
-            self.watermark = rows[-1][0] + b"\x00"
-            self._next_disk_ms = wheel_time(self.watermark)
+            self._move_watermark(rows[-1][0] + b"\x00")
+            self._next_disk_ms = self._watermark_ms
         return len(rows)
+
+    def _move_watermark(self, key: bytes) -> None:
+        self.watermark = key
+        self._watermark_ms = wheel_time(key)
