@@ -22,16 +22,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from broker_adapter.adapter import ConsumerLimits
-from broker_adapter.base import Consumer, retry_backoff_ms
+from broker_adapter.base import Consumer
 from broker_adapter.checks import (
-    check_invisible_ms,
-    check_nack_delay,
     check_pull_args,
-    check_release_delay,
 )
 from broker_adapter.clock import Clock
 from broker_adapter.errors import BrokerClosed
 from broker_adapter.redis.acks import AckBatcher
+from broker_adapter.redis.consumer_give_back import GiveBackMethods
 from broker_adapter.redis.firer import Firer
 from broker_adapter.redis.keys import Keyspace
 from broker_adapter.redis.news import ReadyNews
@@ -50,7 +48,7 @@ def _text(value: Any) -> str | None:
     return value.decode() if value else None
 
 
-class RedisConsumer(Consumer):
+class RedisConsumer(GiveBackMethods, Consumer):
     """A member of consumer ``group`` on ``topics``; see :meth:`BrokerAdapter.consumer`.
 
     It watches ``news`` (which marks the shards to look at) from construction on.
@@ -373,97 +371,6 @@ class RedisConsumer(Consumer):
                 "ack_batch", [keys.due_keys[s]], (self.group,), [(keys.bases[s], 1, n, att)]
             )
             return bool(acked[0])
-
-    def nack(
-        self, message: ReceivedMessage, delay_ms: int | None = None, reason: str | None = None
-    ) -> bool:
-        """See :meth:`broker_adapter.base.Consumer.nack`."""
-        check_nack_delay(delay_ms)
-        self._check()
-        return self._give_back(message.receipt, delay_ms, reason, dead=False)
-
-    def dead_letter(self, message: ReceivedMessage, reason: str) -> bool:
-        """See :meth:`broker_adapter.base.Consumer.dead_letter`."""
-        self._check()
-        return self._give_back(message.receipt, None, reason, dead=True)
-
-    def extend(self, message: ReceivedMessage, invisible_ms: int) -> bool:
-        """See :meth:`broker_adapter.base.Consumer.extend`."""
-        check_invisible_ms(invisible_ms)
-        self._check()
-        receipt = message.receipt
-        parsed = self._parse(receipt)
-        if parsed is None:
-            return False
-        s, n, att = parsed
-        keys = self._keys
-        deadline = self._clock.now_ms() + invisible_ms
-        with redis_errors("extend"):
-            self._acks.flush()
-            extended = bool(
-                self._scripts.call(
-                    "extend",
-                    keys.due_keys[s],
-                    (keys.bases[s], self.group, n, att, deadline, self._retention_ms),
-                )
-            )
-        if extended:
-            with self._lock:
-                entry = self._held.get(receipt)
-                if entry is not None:
-                    self._held[receipt] = (deadline, entry[1])
-            self._firer.note_deadline(s, deadline)
-        return extended
-
-    def release(self, message: ReceivedMessage, delay_ms: int = 0) -> bool:
-        """See :meth:`broker_adapter.base.Consumer.release`.
-
-        The next delivery has the same delivery count but a new claim number, so a
-        receipt from before the release never settles it.
-        """
-        check_release_delay(delay_ms)
-        self._check()
-        return self._give_back(message.receipt, delay_ms, None, dead=False, counts=False)
-
-    def _give_back(
-        self,
-        receipt: bytes,
-        delay_ms: int | None,
-        reason: str | None,
-        dead: bool,
-        counts: bool = True,
-    ) -> bool:
-        parsed = self._settle(receipt)
-        if parsed is None:
-            return False
-        s, n, att, _held = parsed
-        keys = self._keys
-        if delay_ms is None:
-            delay_ms = retry_backoff_ms(int(att.split(b":", 1)[0]))
-        now = self._clock.now_ms()
-        args = (
-            keys.bases[s],
-            self.group,
-            n,
-            att,
-            now,
-            delay_ms,
-            self.max_attempts,
-            (reason or "")[:4096],
-            1 if dead else 0,
-            keys.wake_channel,
-            s,
-            self._retention_ms,
-            0 if counts else 1,
-        )
-        with redis_errors("nack"):
-            self._acks.flush()
-            outcome = self._scripts.call("nack", keys.due_keys[s], args)
-        if outcome == 1:
-            self._firer.note_due(s, now + delay_ms)
-        elif outcome == 2:
-            self._news.announce([s])
-        return bool(outcome)
 
     def close(self) -> None:
         """See :meth:`broker_adapter.base.Consumer.close`. With the broker closed already,

@@ -1,14 +1,13 @@
-"""The firing threads of a Redis broker (its listener: :mod:`~broker_adapter.redis.listener`).
+"""The firing threads of a Redis broker.
 
 Every broker process fires (no leader): :class:`Firer` runs ``fire.lua`` on the
 shards whose next due time or invisible-time deadline has come, in one pipeline,
-and sleeps until the earliest time it knows of. On Redis Cluster it runs one
-thread per master (a *group* of shards): a pass waits for its own master only,
-not for the slowest of all (on a busy host, each extra process in a round trip
-adds its scheduling delay to the pass). It learns earlier times from
-this process's own sends and nacks at once, and from other processes through
-the ``wake`` channel (:class:`Listener`); a full sweep of every shard each
-``sweep_s`` covers a lost notification. Claims are atomic in Redis, so many
+and sleeps until the earliest time it knows of (on Redis Cluster optionally one
+thread per master, a *group* of shards, whose pass waits for that master only). It
+learns earlier times from this process's own sends and nacks at once, and from
+other processes through the ``wake`` channel
+(:class:`~broker_adapter.redis.listener.Listener`); a full sweep of every shard
+each ``sweep_s`` covers a lost notification. Claims are atomic in Redis, so many
 firers never fire one entry twice, and one dying loses nothing.
 
 A pull with nothing to take does not wait for the thread: it takes the *fire duty*
