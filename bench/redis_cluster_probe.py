@@ -4,17 +4,19 @@ Runs the rounds of ``bench/redis_cluster_fire.py`` (same options, same setups) w
 sampler PROCESS (not a thread: it must not take the client's GIL) reads, every
 ``--every-ms`` (default 2), each redis-server's main thread and the client's threads'
 ``/proc/.../schedstat`` (ns on a CPU, ns waiting in the run queue), ``/proc/stat``
-(machine busy and steal ticks) and ``/proc/loadavg`` (runnable tasks now). Every
-redis-server also logs its own latency events (``latency-monitor-threshold 1``).
+(steal ticks) and ``/proc/loadavg`` (runnable tasks now). Every redis-server also
+logs its own latency events (``latency-monitor-threshold 1``). (``/proc/stat``'s
+busy ticks are not used: on this VM they came to less than the sampled tasks' own
+run time.)
 
 Per round it prints the run-queue wait per message of each redis-server and of the
-client's consumer thread, the steal time, the CPU the machine spent outside this
-bench (busy ticks minus this bench's processes), the ``LATENCY LATEST`` events, and
-for the ``--worst`` consumer receipts later than ``--stall-ms`` the window from the
-due time to the receipt: each process's run and run-queue wait in it, and the most
-runnable tasks sampled. A stall where a redis-server or the client waited in the
-run queue while the CPUs ran other work is the machine's scheduling, not a slow
-command or the client's code.
+client's threads, the steal time, the ``LATENCY LATEST`` events, and for the
+``--worst`` consumer receipts later than ``--stall-ms`` the window from the due
+time to the receipt: each sampled task's run and run-queue wait in it, their sums
+against the CPU time the machine had (CPUs x window), and the most runnable tasks
+sampled. A stall where a redis-server or the client waited in the run queue is the
+machine's scheduling; one where they neither ran nor waited much is a wait in the
+code (a lock, a sleep, news that did not come).
 
 Run from the project root::
 
@@ -40,6 +42,8 @@ from bench import redis_cluster_fire as fire
 from bench.loadgen import ConsumerThread
 from bench.stats import print_block
 
+#: CPUs of the machine (the time it had in a window: CPUS x the window).
+CPUS = os.cpu_count() or 1
 #: The client's threads whose schedstat is sampled, by name prefix.
 CLIENT_THREADS = ("bench-consumer", "chronoq-redis-firer", "chronoq-redis-acks")
 
@@ -175,14 +179,16 @@ def stalls(
             f"{n} {(y[0] - x[0]) / 1e6:.1f}/{(y[1] - x[1]) / 1e6:.1f}"
             for n, x, y in zip(names, a[4], b[4], strict=True)
         ]
-        ticks = (b[1] - a[1]) * 10
+        ran = sum(y[0] - x[0] for x, y in zip(a[4], b[4], strict=True)) / 1e6
+        waited = sum(y[1] - x[1] for x, y in zip(a[4], b[4], strict=True)) / 1e6
         most = max(r[3] for r in rows[lo : hi + 1])
         out.append(
             (
                 f"{top:.1f} ms late",
                 (
-                    f"window {span:.1f} ms: run/wait ms {'; '.join(parts)}; machine busy"
-                    f" ~{ticks} CPU-ms, steal {(b[2] - a[2]) * 10} ms, runnable max {most}"
+                    f"window {span:.1f} ms: run/wait ms {'; '.join(parts)}; all sampled"
+                    f" ran {ran:.1f}, waited {waited:.1f} of {CPUS * span:.0f} CPU-ms;"
+                    f" steal {(b[2] - a[2]) * 10} ms, runnable max {most}"
                 ),
             )
         )
@@ -206,15 +212,14 @@ def probe_round(setup: fire.Setup, args: argparse.Namespace, shards: int, seed: 
         for n, x, y in zip(names, first[4], ends, strict=True)
     ]
     ours = sum(y[0] - x[0] for x, y in zip(first[4], ends, strict=True)) / 1e6
-    busy = (last[1] - first[1]) * 10
     secs = last[0] - first[0]
     lines = [
         ("run-queue wait/msg", "us: " + "; ".join(per)),
         (
             "machine",
             (
-                f"{secs:.1f} s: busy {busy / 1000:.1f} CPU-s, this bench's sampled tasks"
-                f" {ours / 1000:.1f}, steal {(last[2] - first[2]) * 10} ms"
+                f"{secs:.1f} s: the sampled tasks ran {ours / 1000:.1f} of"
+                f" {CPUS * secs:.1f} CPU-s; steal {(last[2] - first[2]) * 10} ms"
             ),
         ),
     ]
