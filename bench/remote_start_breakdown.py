@@ -6,6 +6,7 @@ Run from the project root (``/work/main``)::
     .venv/bin/python bench/remote_start_breakdown.py --n 100000 --due-to 35
     .venv/bin/python bench/remote_start_breakdown.py --profile 25       # + cProfile, both sides
     .venv/bin/python bench/remote_start_breakdown.py --unix             # chronoq+unix://
+    .venv/bin/python bench/remote_start_breakdown.py --plain            # CPU only, no logs
 
 ``bench/job_start_breakdown.py`` across a process boundary: a broker server child
 (``chronoq broker serve``'s own :func:`~broker_adapter.server.cli.serve_main`, on a
@@ -31,6 +32,11 @@ per thread of each (grouped by name: a pool's threads together); GC collections
 and their longest pauses in each process; with ``--profile N`` the top ``N``
 functions by own CPU of each thread group, client and server. psutil comes with
 the ``bench`` extra.
+
+``--plain`` turns the stage logs and the client's stamping hook off (in both
+processes) and prints only the CPU per job of each process and thread, with
+context switches per thread: the figures without the instrumentation's own cost,
+for paired A/B runs of a change.
 """
 
 from __future__ import annotations
@@ -49,8 +55,10 @@ import time
 from collections.abc import Sequence
 from typing import IO, Any
 
-os.environ["CHRONOQ_FIRE_LOG"] = "1"  # before chronoq is imported: read once there
-os.environ["CHRONOQ_STAGE_LOG"] = "1"
+PLAIN = "--plain" in sys.argv  # no stage logs: decided before chronoq is imported
+if not PLAIN:
+    os.environ["CHRONOQ_FIRE_LOG"] = "1"  # before chronoq is imported: read once there
+    os.environ["CHRONOQ_STAGE_LOG"] = "1"
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -98,6 +106,22 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
+def thread_switches() -> dict[str, float]:
+    """Voluntary context switches per live thread group of this process (Linux):
+    a thread blocking, i.e. one wake-up each."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/status", encoding="ascii") as f:
+                n = next(int(x.split()[1]) for x in f if x.startswith("voluntary_ctxt"))
+        except (OSError, StopIteration):  # the thread ended meanwhile
+            continue
+        name = group_name(names.get(int(tid), f"tid-{tid}"))
+        out[name] = out.get(name, 0.0) + n
+    return out
+
+
 def process_cpu() -> float:
     t = os.times()
     return t.user + t.system
@@ -133,6 +157,7 @@ def serve_child(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     configure_parser(p)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--plain", action="store_true")
     args = p.parse_args(argv)
     profiles = ThreadProfiles()
     if args.profile:
@@ -159,6 +184,7 @@ def _control(inp: IO[str], out: IO[str], pauses: GcPauses, profiles: ThreadProfi
                 "counts": process_counts(),
                 "process": process_cpu(),
                 "threads": thread_cpu(),
+                "switches": thread_switches(),
                 "gc_count": pauses.count,
                 "gc_longest": pauses.longest,
                 "tracked": len(gc.get_objects()),
@@ -202,12 +228,14 @@ class ServerChild:
     """The server child process, and its control commands."""
 
     def __init__(self, data_dir: str, profile: bool, unix: bool = False) -> None:
+        # (--plain reaches the child through PLAIN, which reads sys.argv there too)
         argv = [sys.executable, os.path.abspath(__file__), "--serve-child", "--data-dir", data_dir]
         if unix:  # chronoq+unix:// on a socket next to the data directory
             argv += ["--unix", os.path.join(os.path.dirname(data_dir), "broker.sock")]
         else:
             argv += ["--host", "127.0.0.1", "--port", "0"]
         argv += ["--profile"] if profile else []
+        argv += ["--plain"] if PLAIN else []
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = self._line()
         if not line.startswith("chronoq broker listening on"):
@@ -274,10 +302,14 @@ def print_cpu(title: str, n: int, before: dict[str, Any], after: dict[str, Any])
         f"{d['involuntary'] / n:.2f} involuntary"
     )
     th0, th1 = before["threads"], after["threads"]
+    sw0, sw1 = before.get("switches", {}), after.get("switches", {})
     for name in sorted(th1, key=lambda k: -(th1[k] - th0.get(k, 0.0))):
         d = th1[name] - th0.get(name, 0.0)
         if d > 0.0005:
-            print(f"  {name:<32} {d * 1e6 / n:8.1f} us/job")
+            wakes = ""
+            if name in sw1:
+                wakes = f"  {(sw1[name] - sw0.get(name, 0.0)) / n:6.2f} wake-ups/job"
+            print(f"  {name:<32} {d * 1e6 / n:8.1f} us/job{wakes}")
     count = [a - b for a, b in zip(after["gc_count"], before["gc_count"], strict=True)]
     print(
         f"  GC gen 0/1/2 collections {' / '.join(map(str, count))}, longest pause (whole run) "
@@ -286,7 +318,80 @@ def print_cpu(title: str, n: int, before: dict[str, Any], after: dict[str, Any])
     )
 
 
+class CountingBody(Body):
+    """The job of ``--plain``: notes its start and counts starts (no hook needed)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.count: list[None] = []  # list.append is atomic; len() is the count
+
+    def __call__(self, jid: int) -> None:
+        self.started[jid] = time.time()
+        self.count.append(None)
+
+
+def run_plain(args: argparse.Namespace) -> int:
+    """``--plain``: the workload without stage logs or hooks; CPU per process and thread."""
+    from scheduler import Scheduler
+    from workers import Dispatcher
+    from workers.gc_tuning import tune_gc
+
+    tmp = tempfile.mkdtemp(prefix="chronoq-remote-breakdown-")
+    body = CountingBody(args.n)
+    server = ServerChild(os.path.join(tmp, "server"), False, args.unix)
+    try:
+        app = Scheduler(server.url, topic="bench.breakdown")
+        job = app.job(name="bench.breakdown.job")(body)
+        dispatcher = Dispatcher(app)
+        dispatcher.open()
+        tune_gc()
+        thread = threading.Thread(target=dispatcher.run_forever, name="bench-dispatcher")
+        thread.start()
+        try:
+            start_ms, dues, _ids, sched_s = schedule_spread(
+                job, args.n, args.due_from, args.due_to, args.seed
+            )
+            s0 = server.ask("snap")
+            c0: dict[str, Any] = {"process": process_cpu(), "threads": thread_cpu()}
+            c0 |= {"switches": thread_switches(), "gc_count": [0, 0, 0]}
+            c0["counts"] = process_counts()
+            deadline = start_ms / 1000 + args.due_to + 30
+            while len(body.count) < args.n and time.time() < deadline:
+                time.sleep(0.05)
+            s1 = server.ask("snap")
+            c1: dict[str, Any] = {"process": process_cpu(), "threads": thread_cpu()}
+            c1 |= {"switches": thread_switches(), "gc_count": [0, 0, 0]}
+            c1 |= {"counts": process_counts(), "gc_longest": [0.0, 0.0, 0.0]}
+            c1["tracked"] = len(gc.get_objects())
+        finally:
+            dispatcher.stop()
+            thread.join()
+            app.close()
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    lates = sorted(t * 1000 - d for t, d in zip(body.started, dues, strict=True) if t)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(
+        f"== remote_start_breakdown --plain: N={args.n:,} due {args.due_from:g}-{args.due_to:g} s, "
+        f"{'chronoq+unix://' if args.unix else 'chronoq:// on loopback'}, "
+        f"scheduled at {args.n / sched_s:,.0f}/s, load {load} =="
+    )
+    if lates:
+        pick = [lates[min(len(lates) - 1, int(q * len(lates)))] for q in (0.5, 0.99, 0.999)]
+        print("job start - due P50 / P99 / P99.9 ms: " + " / ".join(f"{x:.2f}" for x in pick))
+    lost = args.n - len(lates)
+    print(f"lost {lost}, early {sum(1 for x in lates if x < 0)}")
+    print_cpu("server process", args.n, s0, s1)
+    print_cpu("client process (scheduling excluded)", args.n, c0, c1)
+    total = (s1["process"] - s0["process"]) + (c1["process"] - c0["process"])
+    print(f"CPU per job, both processes: {total * 1e6 / args.n:.1f} us")
+    return 1 if lost else 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.plain:
+        return run_plain(args)
     from broker_adapter.server.stage_log import stage_log
     from scheduler import Scheduler
     from workers import Dispatcher
@@ -386,6 +491,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = breakdown_parser(__doc__)
     p.add_argument(
         "--unix", action="store_true", help="serve on a Unix socket (chronoq+unix://), not TCP"
+    )
+    p.add_argument(
+        "--plain",
+        action="store_true",
+        help="no stage logs or hooks: CPU per process and thread only (for A/B runs)",
     )
     return run(p.parse_args(argv))
 

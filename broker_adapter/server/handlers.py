@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker_adapter.checks import check_pull_args, is_int
 from broker_adapter.embedded.consumer import EmbeddedConsumer
+from broker_adapter.embedded.core import FIRE_DUTY_GRACE_MS
 from broker_adapter.errors import BrokerClosed, InvalidArgument
 from broker_adapter.results import ReceivedMessage
 from broker_adapter.server import protocol as P
@@ -35,6 +36,14 @@ MAX_POLL_MS = 30_000
 #: pool and back (issue 16: that hand-off was ~15 % of the server's CPU at 3,300 jobs/s).
 #: Other requests of the same connection wait that long at most.
 INLINE_WAIT_MS = 2
+#: A pull that may wait tells the wheel thread that pulls fire what falls due within
+#: this long (ms) themselves (:meth:`BrokerCore.take_fire_duty`): a client that
+#: long-polls is back within it (its pull waits and fires a due chunk itself; one
+#: that is not yet back could not take the chunk anyway). Before, the wheel thread had
+#: planned its wake at the next due time before the pull took that duty, fired it and
+#: woke the waiting pull: two server wake-ups per due millisecond instead of one
+#: (issue 16). A fire no pull makes comes at most ``FIRE_DUTY_GRACE_MS`` late.
+FIRE_DUTY_AHEAD_MS = FIRE_DUTY_GRACE_MS
 
 
 def arg(args: dict[str, Any], name: str, kind: type, optional: bool = False) -> Any:
@@ -287,6 +296,9 @@ class Handlers:
         consumer = self._consumer(conn, args)
         if not max_messages:
             max_messages = self.pull_args(args)[0]
+        if wait_ms and self.server.manual_clock is None:
+            core = self.server.broker.core
+            core.take_fire_duty(core.now() + FIRE_DUTY_AHEAD_MS)
         got = consumer.pull(max_messages, wait_ms)
         if got and conn.closed:
             # The client vanished while this pull waited (e.g. kill -9): give back what
