@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from contextlib import contextmanager
 
 from broker_adapter.redis.keys import Keyspace
@@ -59,29 +59,44 @@ class AckBatcher:
                 self._cond.notify()
 
     @contextmanager
-    def carried(self, group: str) -> Iterator[Step | None]:
-        """Take ``group``'s queued acks out as an ``ack_batch`` step for a caller's
-        round trip (``None``: none queued). The flush lock is held meanwhile, so a
-        :meth:`flush` returns only once they are written too; if the caller's call
-        fails they are dropped, as a failed flush drops its batch."""
-        with self._flush_lock:
+    def carried(self, group: str, shards: Container[int] | None = None) -> Iterator[Step | None]:
+        """Take ``group``'s queued acks of ``shards`` (``None``: of every shard) out as
+        an ``ack_batch`` step for a caller's round trip (``None``: none queued). On a
+        cluster a pull passes the shards of the masters it calls anyway: an ack of
+        another master would add that master to its round trip, and the pull would
+        wait for it too; such acks stay queued for a later trip or this thread. The
+        flush lock is held meanwhile, so a :meth:`flush` returns only once they are
+        written too; while this thread writes (it holds the lock), nothing is carried
+        and the caller does not wait. If the caller's call fails they are dropped,
+        as a failed flush drops its batch."""
+        if not self._flush_lock.acquire(blocking=False):
+            yield None
+            return
+        try:
             with self._cond:
-                mine = [a for a in self._queue if a[1] == group]
+                queue = self._queue
+                mine = [a for a in queue if a[1] == group and (shards is None or a[0] in shards)]
                 if mine:
-                    self._queue = [a for a in self._queue if a[1] != group]
+                    self._queue = [
+                        a
+                        for a in queue
+                        if a[1] != group or (shards is not None and a[0] not in shards)
+                    ]
             if not mine:
                 yield None
                 return
             keys = self._keys
-            shards: dict[int, list[bytes]] = {}
+            per: dict[int, list[bytes]] = {}
             for s, _g, n, att in mine:
-                shards.setdefault(s, []).extend((n, att))
+                per.setdefault(s, []).extend((n, att))
             yield (
                 "ack_batch",
-                list(shards),
+                list(per),
                 (group,),
-                [(keys.bases[s], len(pairs) // 2, *pairs) for s, pairs in shards.items()],
+                [(keys.bases[s], len(pairs) // 2, *pairs) for s, pairs in per.items()],
             )
+        finally:
+            self._flush_lock.release()
 
     def flush(self) -> None:
         """Write every ack queued so far (returns at once when none is queued).

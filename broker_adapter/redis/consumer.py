@@ -105,6 +105,8 @@ class RedisConsumer(GiveBackMethods, Consumer):
         self._dirty: dict[int, int] = dict.fromkeys(range(keys.shards), 0)
         self._gen = 0
         self._backlog = False  # plan pulls from a peek while messages pile up
+        self._masters = scripts.by_node(keys.due_keys)  # the shards of each master
+        self._master_of = {s: m for m, g in enumerate(self._masters) for s in g}
         news.watch(self)
 
     def _check(self) -> None:
@@ -283,8 +285,12 @@ class RedisConsumer(GiveBackMethods, Consumer):
         scans = [False] * len(fire)  # invisible-time deadlines stay with the threads
         steps: list[Step] = []
         at = -1  # the fire step's index
+        carry = None  # on a cluster: the acks of the masters this trip calls anyway
+        if len(self._masters) > 1:
+            calls = {self._master_of[s] for s in (*fire, *(claim[1] if claim else ()))}
+            carry = {s for m in calls for s in self._masters[m]}
         try:
-            with self._acks.carried(self.group) as acks, redis_errors("pull"):
+            with self._acks.carried(self.group, carry) as acks, redis_errors("pull"):
                 if acks is not None:
                     steps.append(acks)
                 if fire:
