@@ -30,6 +30,12 @@ APScheduler (``BackgroundScheduler``, ``MemoryJobStore``, ``ThreadPoolExecutor(1
   events), of which ``hand-off`` (``BaseExecutor.submit_job``: the pool's submit);
 * pool threads: ``job`` (``run_job``: the body, events).
 
+With ``--fine`` the fire and take stages are split into their parts, each charged
+to its enclosing stage: ``fire.core`` (``BrokerCore.fire_due``'s own code),
+``.pop`` (``TimingWheel.pop_due``), ``.write`` (``RocksStore.write``), ``.keep``
+(``FreshRows.keep``), ``.notify`` (``GroupRegistry.add_ready``), ``.scan``
+(``RocksStore.scan``) and ``.fresh`` (``FreshRows.rows``).
+
 Per thread group it also prints voluntary and involuntary context switches per
 job (``/proc/self/task/<tid>/status``). psutil and APScheduler come with the
 ``bench`` extra (``pip install 'chronoq[bench]'``).
