@@ -106,9 +106,19 @@ def init() -> None:
     """Create the data directory and the tables if they are missing (any process may)."""
     path = db_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _connect() as conn:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.executescript(SCHEMA)
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            with _connect() as conn:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.executescript(SCHEMA)
+            return
+        except sqlite3.OperationalError as exc:
+            # Two workers starting at once: SQLite answers "locked" at once, skipping
+            # its busy wait, to the one whose lock upgrade would deadlock. Try again.
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _order(row: sqlite3.Row | None) -> Order | None:
