@@ -52,7 +52,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import IO, Any
 
 PLAIN = "--plain" in sys.argv  # no stage logs: decided before chronoq is imported
@@ -330,27 +331,39 @@ class CountingBody(Body):
         self.count.append(None)
 
 
-def run_plain(args: argparse.Namespace) -> int:
-    """``--plain``: the workload without stage logs or hooks; CPU per process and thread."""
+@contextmanager
+def dispatched(
+    url: str, body: Any, hooks: list[Any], args: argparse.Namespace
+) -> Iterator[tuple[int, list[int], list[str], float]]:
+    """A dispatcher of ``body``'s job running on ``url`` (with ``hooks``) and the
+    workload scheduled: yields ``schedule_spread``'s answer; stops it all after."""
     from scheduler import Scheduler
     from workers import Dispatcher
     from workers.gc_tuning import tune_gc
+
+    app = Scheduler(url, topic="bench.breakdown")
+    job = app.job(name="bench.breakdown.job")(body)
+    dispatcher = Dispatcher(app, hooks=hooks)
+    dispatcher.open()
+    tune_gc()  # as chronoq run does once the dispatcher joined
+    thread = threading.Thread(target=dispatcher.run_forever, name="bench-dispatcher")
+    thread.start()
+    try:
+        yield schedule_spread(job, args.n, args.due_from, args.due_to, args.seed)
+    finally:
+        dispatcher.stop()
+        thread.join()
+        app.close()
+
+
+def run_plain(args: argparse.Namespace) -> int:
+    """``--plain``: the workload without stage logs or hooks; CPU per process and thread."""
 
     tmp = tempfile.mkdtemp(prefix="chronoq-remote-breakdown-")
     body = CountingBody(args.n)
     server = ServerChild(os.path.join(tmp, "server"), False, args.unix)
     try:
-        app = Scheduler(server.url, topic="bench.breakdown")
-        job = app.job(name="bench.breakdown.job")(body)
-        dispatcher = Dispatcher(app)
-        dispatcher.open()
-        tune_gc()
-        thread = threading.Thread(target=dispatcher.run_forever, name="bench-dispatcher")
-        thread.start()
-        try:
-            start_ms, dues, _ids, sched_s = schedule_spread(
-                job, args.n, args.due_from, args.due_to, args.seed
-            )
+        with dispatched(server.url, body, [], args) as (start_ms, dues, _ids, sched_s):
             s0 = server.ask("snap")
             c0: dict[str, Any] = {"process": process_cpu(), "threads": thread_cpu()}
             c0 |= {"switches": thread_switches(), "gc_count": [0, 0, 0]}
@@ -363,10 +376,6 @@ def run_plain(args: argparse.Namespace) -> int:
             c1 |= {"switches": thread_switches(), "gc_count": [0, 0, 0]}
             c1 |= {"counts": process_counts(), "gc_longest": [0.0, 0.0, 0.0]}
             c1["tracked"] = len(gc.get_objects())
-        finally:
-            dispatcher.stop()
-            thread.join()
-            app.close()
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -393,9 +402,6 @@ def run(args: argparse.Namespace) -> int:
     if args.plain:
         return run_plain(args)
     from broker_adapter.server.stage_log import stage_log
-    from scheduler import Scheduler
-    from workers import Dispatcher
-    from workers.gc_tuning import tune_gc
 
     tmp = tempfile.mkdtemp(prefix="chronoq-remote-breakdown-")
     body = Body(args.n)
@@ -406,17 +412,7 @@ def run(args: argparse.Namespace) -> int:
     pauses = GcPauses()
     server = ServerChild(os.path.join(tmp, "server"), bool(args.profile), args.unix)
     try:
-        app = Scheduler(server.url, topic="bench.breakdown")
-        job = app.job(name="bench.breakdown.job")(body)
-        dispatcher = Dispatcher(app, hooks=[stamps])
-        dispatcher.open()
-        tune_gc()  # as chronoq run does once the dispatcher joined
-        thread = threading.Thread(target=dispatcher.run_forever, name="bench-dispatcher")
-        thread.start()
-        try:
-            start_ms, dues, ids, sched_s = schedule_spread(
-                job, args.n, args.due_from, args.due_to, args.seed
-            )
+        with dispatched(server.url, body, [stamps], args) as (start_ms, dues, ids, sched_s):
             s0 = server.ask("snap")
             gc.callbacks.append(pauses)
             c0: dict[str, Any] = {"process": process_cpu(), "threads": thread_cpu()}
@@ -443,10 +439,6 @@ def run(args: argparse.Namespace) -> int:
                 server.ask("profile", str(args.profile), os.path.join(tmp, "profile.txt"))
                 with open(os.path.join(tmp, "profile.txt"), encoding="utf-8") as f:
                     server_profile = f.read()
-        finally:
-            dispatcher.stop()
-            thread.join()
-            app.close()
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
