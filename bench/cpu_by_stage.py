@@ -33,7 +33,8 @@ APScheduler (``BackgroundScheduler``, ``MemoryJobStore``, ``ThreadPoolExecutor(1
 With ``--fine`` the fire and take stages are split into their parts, each charged
 to its enclosing stage: ``fire.core`` (``BrokerCore.fire_due``'s own code),
 ``.pop`` (``TimingWheel.pop_due``), ``.write`` (``RocksStore.write``), ``.keep``
-(``FreshRows.keep``), ``.notify`` (``GroupRegistry.add_ready``), ``.scan``
+(``FreshRows.keep``), ``.notify`` (``GroupRegistry.add_ready``), ``.write-held``
+(``FireWrites.write``: a held batch's write, its ``RocksStore.write`` inside), ``.scan``
 (``RocksStore.scan``) and ``.fresh`` (``FreshRows.rows``).
 
 Per thread group it also prints voluntary and involuntary context switches per
@@ -150,6 +151,7 @@ def switches_by_group() -> dict[str, tuple[int, int]]:
 def install(system: str, probes: Probes, fine: bool = False) -> None:
     if system == "chronoq" and fine:  # parts of the fire and take stages
         from broker_adapter.embedded.core import BrokerCore
+        from broker_adapter.embedded.fire_writes import FireWrites
         from broker_adapter.embedded.fresh import FreshRows
         from broker_adapter.embedded.group_registry import GroupRegistry as Registry
         from broker_adapter.embedded.store import RocksStore
@@ -162,6 +164,7 @@ def install(system: str, probes: Probes, fine: bool = False) -> None:
         probes.wrap(FreshRows, "keep", ".keep")
         probes.wrap(FreshRows, "rows", ".fresh")
         probes.wrap(Registry, "add_ready", ".notify")
+        probes.wrap(FireWrites, "write", ".write-held")
     if system == "chronoq":
         from broker_adapter.embedded.consumer import EmbeddedConsumer, ReadySignal
         from broker_adapter.embedded.group_registry import GroupRegistry
@@ -279,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--system", default="apscheduler,chronoq", help="apscheduler, chronoq (comma list)"
     )
+    p.add_argument("--url-query", default="", help="chronoq: rocksdb:// URL parameters")
     p.add_argument("--child", choices=("apscheduler", "chronoq"), help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -296,6 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 argv_c.append("--no-inline")
             if args.fine:
                 argv_c.append("--fine")
+            if args.url_query:
+                argv_c += ["--url-query", args.url_query]
             rc = subprocess.call([*argv_c, "--result", result])
             if rc != 0:
                 print(f"{system}: the child failed (exit status {rc})", file=sys.stderr)

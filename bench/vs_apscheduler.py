@@ -152,10 +152,11 @@ def chronoq_server(data_dir: str, unix: bool = False) -> Iterator[str]:
 
 
 @contextmanager
-def broker_url(kind: str, tmp: str) -> Iterator[str]:
-    """A fresh broker of ``kind``, up for the ``with`` block."""
+def broker_url(kind: str, tmp: str, query: str = "") -> Iterator[str]:
+    """A fresh broker of ``kind``, up for the ``with`` block; ``query``: the embedded
+    URL's parameters (e.g. ``fire_hold_ms=0``)."""
     if kind == "embedded":
-        yield f"rocksdb://{os.path.join(tmp, 'embedded')}"
+        yield f"rocksdb://{os.path.join(tmp, 'embedded')}" + (f"?{query}" if query else "")
     elif kind in ("remote", "remote-unix"):
         with chronoq_server(os.path.join(tmp, "server"), unix=kind == "remote-unix") as url:
             yield url
@@ -214,7 +215,7 @@ def run_chronoq(args: argparse.Namespace, rec: Recorder, proc: Any) -> dict[str,
 
     tmp = tempfile.mkdtemp(prefix="chronoq-vs-aps-")
     try:
-        with broker_url(args.broker, tmp) as url:
+        with broker_url(args.broker, tmp, getattr(args, "url_query", "")) as url:
             app = Scheduler(url, topic="bench.vs")
             job = app.job(name="bench.vs.record")(rec.record)
             dispatcher = Dispatcher(app, inline_jobs=not args.no_inline)
@@ -320,6 +321,7 @@ def run_child(system: str, n: int, args: argparse.Namespace, tmp: str) -> dict[s
         "--batch",
         str(args.batch),
         *(["--no-inline"] if args.no_inline else []),
+        *(["--url-query", args.url_query] if args.url_query else []),
         "--out",
         out,
         "--result",
@@ -406,6 +408,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-inline",
         action="store_true",
         help="chronoq: Dispatcher(inline_jobs=False), every job to a pool thread",
+    )
+    p.add_argument(
+        "--url-query",
+        default="",
+        help="embedded: parameters of the rocksdb:// URL, e.g. fire_hold_ms=0 (default none)",
     )
     p.add_argument("--json", action="store_true", help="also print one JSON line per row")
     p.add_argument("--child", choices=("apscheduler", "chronoq"), help=argparse.SUPPRESS)

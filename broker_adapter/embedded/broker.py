@@ -39,6 +39,7 @@ from broker_adapter.embedded.backup import BackupInfo, checkpoint
 from broker_adapter.embedded.core import BrokerCore
 from broker_adapter.embedded.dead_letters import DeadLetters
 from broker_adapter.embedded.finder import PendingFinder
+from broker_adapter.embedded.fire_writes import DEFAULT_HOLD_MS
 from broker_adapter.embedded.firing import WheelThread
 from broker_adapter.embedded.group_registry import GroupRegistry
 from broker_adapter.embedded.moves import Rescheduler
@@ -80,6 +81,9 @@ class EmbeddedBroker(EmbeddedSends, AdapterBase):
         business keys (and those of aborted ones) known to keyed sends; see
         :mod:`~broker_adapter.embedded.retention`.
     :param fire_chunk: most messages fired in one write batch.
+    :param fire_hold_ms: how long a pull's fire may wait for its write while fires go
+        on (one write per ~``fire_hold_ms`` instead of one per due millisecond; 0:
+        write every fire at once); see :mod:`~broker_adapter.embedded.fire_writes`.
     :raises BrokerLocked: when another process owns ``path``.
     """
 
@@ -96,6 +100,7 @@ class EmbeddedBroker(EmbeddedSends, AdapterBase):
         window_ms: int = 1000,
         retention_ms: int = DEFAULT_RETENTION_MS,
         fire_chunk: int = 1000,
+        fire_hold_ms: int = DEFAULT_HOLD_MS,
     ) -> None:
         check_positive_settings(
             max_body_bytes=max_body_bytes,
@@ -104,8 +109,12 @@ class EmbeddedBroker(EmbeddedSends, AdapterBase):
             retention_ms=retention_ms,
             fire_chunk=fire_chunk,
         )
+        if fire_hold_ms < 0:
+            raise InvalidArgument(f"fire_hold_ms must be 0 or more, got {fire_hold_ms}")
         clock = clock or SystemClock()
-        core = self._core = BrokerCore(path, clock, durability=durability, window_ms=window_ms)
+        core = self._core = BrokerCore(
+            path, clock, durability=durability, window_ms=window_ms, fire_hold_ms=fire_hold_ms
+        )
         self.path = core.store.path
         self.max_body_bytes = max_body_bytes
         self.max_delay_ms = max_delay_ms
@@ -172,6 +181,7 @@ class EmbeddedBroker(EmbeddedSends, AdapterBase):
                 "window_ms",
                 "retention_ms",
                 "fire_chunk",
+                "fire_hold_ms",
             ):
                 try:
                     opts[name] = int(value)
@@ -188,8 +198,8 @@ class EmbeddedBroker(EmbeddedSends, AdapterBase):
     def _abort(self, msg_id: str | None, key: str | None, topic: str | None) -> AbortResult:
         """See :meth:`BrokerAdapter.abort`."""
         core = self._core
-        store = core.store
-        with core.lock:
+        with core.lock:  # the store read under the lock: no fire comes in between
+            store = core.store
             if msg_id is not None:
                 raw = K.parse_id(msg_id)
                 if raw is None or K.id_tid(raw) not in core.topic_names:

@@ -195,7 +195,7 @@ class EmbeddedConsumer(Consumer):
         else:
             registry.check_open()
         try:
-            fired = registry.fire_due()
+            fired = registry.fire_due(hold=True)
         except Exception:  # noqa: BLE001 - e.g. a full disk: the wheel thread retries and logs
             registry.check_open()  # closed meanwhile: BrokerClosed, as a waiting pull gets
             return False

@@ -6,7 +6,8 @@ time passed and persists cursors (:meth:`GroupRegistry.housekeep`), trims what
 retention lets go (:meth:`Retention.trim`, a chunk per turn), and sleeps until
 the next due time, the next invisible-time deadline, or a kick. A due time that a
 waiting pull fires itself (:meth:`BrokerCore.take_fire_duty`) it sleeps past by
-:data:`~.core.FIRE_DUTY_GRACE_MS`, and fires then only what no pull did.
+:data:`~.core.FIRE_DUTY_GRACE_MS`, and fires then only what no pull did; fires
+that pulls held (:mod:`~.fire_writes`) and did not write in their time it writes.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class WheelThread:
                 if self.fire_due():
                     time.sleep(0)  # let senders and consumers in between chunks
                     continue
+                core.write_held(old_only=True)  # what no pull wrote in its time
                 now = core.now()
                 deadline = self._groups.housekeep(now)
                 if now >= next_trim:  # a round in chunks, firing in between
@@ -87,7 +89,8 @@ class WheelThread:
                 due = core.next_due_ms()
                 if due is not None:
                     due = core.wheel_wake_ms(due)
-                wake = min(x for x in (due, deadline, now + 1000) if x is not None)
+                held = core.held_write_ms()
+                wake = min(x for x in (due, deadline, held, now + 1000) if x is not None)
                 core.wait_for_work(wake, _IDLE_S)
             except Exception:  # the wheel must keep turning; log and go on
                 if self._stopping:

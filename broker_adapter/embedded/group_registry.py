@@ -314,12 +314,13 @@ class GroupRegistry:
                 group.drop_flight(flight.receipt)
                 self.redeliver(group, flight, 0, "consumer closed", dead=False)
 
-    def fire_due(self) -> int:
+    def fire_due(self, hold: bool = False) -> int:
         """Fire one chunk of due messages (:meth:`BrokerCore.fire_due`) and tell the
         groups; how many fired. The wheel thread calls it, and so does a pull that
-        waited for a due time (:meth:`BrokerCore.take_fire_duty`); no lock held."""
+        waited for a due time (:meth:`BrokerCore.take_fire_duty`) with ``hold``: its
+        write may wait (:mod:`~broker_adapter.embedded.fire_writes`); no lock held."""
         core = self._core
-        counts = core.fire_due(self.fire_chunk)
+        counts = core.fire_due(self.fire_chunk, hold)
         if not counts:
             return 0
         if self._fire_log is not None:

@@ -57,8 +57,8 @@ class Rescheduler:
         :raises MessageTooLarge: for a body that, with the properties, is too big.
         """
         core = self._core
-        cf = core.store.cf
-        with core.lock:
+        with core.lock:  # the store read under the lock: no fire comes in between
+            cf = core.store.cf
             now = core.now()
             max_delay = min(self._max_delay_ms, K.MAX_TIME_MS - now)
             new_due = due.resolve(now, max_delay, RESCHEDULE_PAST_TOLERANCE_MS)

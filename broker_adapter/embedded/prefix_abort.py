@@ -35,14 +35,14 @@ def abort_prefix(core: BrokerCore, topic: str, key_prefix: str) -> PrefixAbortRe
     tid = core.topic_ids.get(topic)
     if tid is None or not core.had_messages(tid):
         raise UnknownTopic(topic)
-    store = core.store
     lower = core.prefixes[tid] + key_prefix.encode()
     upper = K.prefix_end(lower)
     aborted = 0
     delivered: list[str] = []
     delivered_count = 0
     while True:
-        with core.lock:
+        with core.lock:  # the store read under the lock: no fire comes in between
+            store = core.store
             rows = store.scan(K.CF_KEYS, lower, upper, CHUNK)
             wheel, tombstones = store.cf[K.CF_WHEEL], store.cf[K.CF_ABORTED]
             fired_upto = core.fired_upto

@@ -28,7 +28,6 @@ class MessageQuery:
     def __init__(self, core: BrokerCore, groups: GroupRegistry) -> None:
         self._core = core
         self._groups = groups
-        self._store = core.store
 
     def _view(
         self,
@@ -61,10 +60,10 @@ class MessageQuery:
         core = self._core
         if raw is None or K.id_tid(raw) not in core.topic_names:
             return None
-        cf = self._store.cf
         tid = K.id_tid(raw)
         try:
-            with core.lock:
+            with core.lock:  # the store read under the lock: no fire comes in between
+                cf = core.store.cf
                 wkey = core.locate(K.id_wheel_key(raw))
                 record = cf[K.CF_WHEEL].get(wkey)
                 if record is not None:
@@ -128,7 +127,7 @@ class MessageQuery:
         self, group: ConsumerGroup, raw: bytes, tid: int, wkey: bytes
     ) -> tuple[MessageState, int, str | None, int | None]:
         """(state, deliveries so far, last error, retry due time) of one group."""
-        cf = self._store.cf
+        cf = self._core.store.cf
         note = cf[K.CF_CONSUME].get(group.gid_bytes + raw)
         with group.lock:
             if note is None:
@@ -164,7 +163,7 @@ class MessageQuery:
         upper = K.wheel_key(end_ms, 0) if end_ms is not None else b"\xff" * 17
         out: list[MessageView] = []
         while len(out) < limit and lower < upper:
-            rows = self._store.scan(K.CF_WHEEL, lower, upper, 1024)
+            rows = self._core.store.scan(K.CF_WHEEL, lower, upper, 1024)
             for _key, record in rows:
                 rec = Record(record)
                 # a retry waits in %RETRY%<group> but still counts for its first topic

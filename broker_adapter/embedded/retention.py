@@ -40,7 +40,6 @@ class Retention:
 
     def __init__(self, core: BrokerCore, groups: GroupRegistry, retention_ms: int) -> None:
         self._core = core
-        self._store = core.store
         self._groups = groups
         self.retention_ms = retention_ms
         # Per topic id: the ready key below which everything is trimmed already, so a
@@ -52,7 +51,9 @@ class Retention:
         """Trim one chunk of what retention lets go at broker time ``now``; ``True``
         when nothing is left for this round."""
         floor = K.wheel_key(max(now - self.retention_ms, 0), 0)
-        store = self._store
+        with self._core.lock:  # the store with every fire written, and how far that is
+            store = self._core.store
+            written = self._core.fired_upto
         batch = store.batch()
         left = TRIM_CHUNK
         h_aborted, h_ready = store.handle[K.CF_ABORTED], store.handle[K.CF_READY]
@@ -69,6 +70,10 @@ class Retention:
             if left <= 0:
                 break
             end = prefix + floor
+            if not self._core.topic_names.get(tid, "").startswith("%DLQ%"):
+                # a fire held since the store was read is not in it: not trimmed below
+                # a range tombstone it would outlive (dead letters are never held)
+                end = min(end, prefix + written)
             for group in self._groups.subscribers_of(tid):
                 with group.lock:
                     end = min(end, group.committed(tid))
@@ -101,7 +106,7 @@ class Retention:
     def _forget_note(self, batch: Any, note_key: bytes, wkey: bytes) -> None:
         """Delete a group's note on a message if it names the copy at ``wkey`` (a later
         retry's note names a later copy and stays)."""
-        store = self._store
+        store = self._core.store
         note = store.cf[K.CF_CONSUME].get(note_key)
         if note is not None and note[3:19] == wkey:  # kind(1) attempts(2) wheel key(16)
             batch.delete(note_key, store.handle[K.CF_CONSUME])
@@ -116,11 +121,12 @@ class Retention:
             return  # a retry's copy: the first send's record decides
         first_wkey = K.id_wheel_key(raw)
         if wkey != first_wkey:  # rescheduled: it fired or was aborted at wkey
-            batch.delete(first_wkey, self._store.handle[K.CF_MOVES])
+            batch.delete(first_wkey, self._core.store.handle[K.CF_MOVES])
         klen = int.from_bytes(record[_KEY_LEN], "big")
         if not klen:
             return
         index = raw[14:16] + record[HEAD_SIZE : HEAD_SIZE + klen]
-        entry = self._store.cf[K.CF_KEYS].get(index)
+        store = self._core.store
+        entry = store.cf[K.CF_KEYS].get(index)
         if entry is not None and entry[:16] == first_wkey:
-            batch.delete(index, self._store.handle[K.CF_KEYS])
+            batch.delete(index, store.handle[K.CF_KEYS])
