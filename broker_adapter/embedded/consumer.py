@@ -177,11 +177,13 @@ class EmbeddedConsumer(Consumer):
         if due is None:
             return False
         until = core.seconds_until(due)
-        if until >= _QUIET_S and core.top_up():  # a quiet moment: refill now, not at a fire
-            due = core.next_due_ms()
-            if due is None:
-                return False
-            until = core.seconds_until(due)
+        if until >= _QUIET_S:  # a quiet moment: write held fires and refill now, not at a fire
+            core.write_held(old_only=True)
+            if core.top_up():
+                due = core.next_due_ms()
+                if due is None:
+                    return False
+                until = core.seconds_until(due)
         if until >= remaining:
             return False  # beyond this pull: the wheel thread (or a later pull) fires it
         if until > 0:

@@ -300,7 +300,7 @@ class BrokerCore(WheelWrites, WheelWakes):
 
     def write_held(self, old_only: bool = False) -> None:
         """Write the held fires now, or with ``old_only`` if they were held their
-        time (the wheel thread's turn: no pull wrote them)."""
+        time (a pull about to wait, or the wheel thread's turn)."""
         if self._fires.held:
             with self._lock:
                 if old_only:

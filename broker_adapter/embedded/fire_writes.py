@@ -10,10 +10,11 @@ position) changes at once, so pulls hand the fired messages out from memory
 **Held fires** (issue 16). At ~1 job per due millisecond each fire's write ran
 right after a timed wait, on memory the wait left cold: ~52 us of CPU against
 7.4 us back to back (``bench/wake_cost.py``). So a fire made by a pull (``hold``)
-adds its operations to one *held* batch, written by the first fire
-:attr:`FireWrites.hold_ms` after the batch was started (or once it holds
-:data:`HOLD_MAX` entries), or by the wheel thread when no pull does: one write per
-~``hold_ms`` instead of one per due millisecond.
+adds its operations to one *held* batch, written once it is
+:attr:`FireWrites.hold_ms` old by a pull about to wait (a quiet moment, not on
+the way to a job's start), by the wheel thread when no pull does, or by the fire
+that would hold more than :data:`HOLD_MAX` entries: one write per ~``hold_ms``
+instead of one per due millisecond.
 
 The core keeps the one invariant this needs (see
 :class:`~broker_adapter.embedded.core.BrokerCore`): the store is always an
@@ -37,11 +38,12 @@ from broker_adapter.embedded.fresh import FreshRows
 from broker_adapter.embedded.store import RocksStore
 from broker_adapter.embedded.timing_wheel import Entry
 
-#: Default of :attr:`FireWrites.hold_ms`: the longest a pull's fire waits for its
-#: write while fires go on (0: every fire writes at once).
+#: Default of :attr:`FireWrites.hold_ms`: how old held fires get before a pull about
+#: to wait (or the wheel thread) writes them (0: every fire writes at once).
 DEFAULT_HOLD_MS = 10
-#: Most entries held; a fire that would hold more writes them all.
-HOLD_MAX = 1024
+#: Most entries held (a burst's chunks, ~1,000 each, gain little from holding): a
+#: fire that leaves more held writes them all.
+HOLD_MAX = 256
 # A fired chunk this big deletes its wheel keys with one range tombstone.
 _RANGE_DELETE_MIN = 256
 
@@ -128,7 +130,7 @@ class FireWrites:
         self.held += len(entries)
         if started:
             self._since = time.monotonic()
-        if hold and self.held < HOLD_MAX and time.monotonic() - self._since < self._hold_s:
+        if hold and self._hold_s and self.held < HOLD_MAX:
             return counts, started
         self.write()
         return counts, False
@@ -144,8 +146,8 @@ class FireWrites:
             self.held = 0
 
     def write_old(self) -> None:
-        """Write the held batch if it is :attr:`hold_ms` old (the wheel thread's turn:
-        the pulls did not)."""
+        """Write the held batch if it is :attr:`hold_ms` old (a pull about to wait, or
+        the wheel thread's turn)."""
         if self._batch is not None and time.monotonic() - self._since >= self._hold_s:
             self.write()
 

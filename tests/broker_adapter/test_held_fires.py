@@ -141,7 +141,7 @@ def test_many_held_fires_are_each_delivered_once_in_order(holding: EmbeddedBroke
     consumer = holding.consumer("g", ["t"])
     due = int(time.time() * 1000) + 300
     sent = holding.send_batch(
-        [Message(topic="t", body=b"%d" % i, deliver_at_ms=due + i // 500) for i in range(6000)]
+        [Message(topic="t", body=b"%d" % i, deliver_at_ms=due + i // 20) for i in range(6000)]
     )
     got: list[str] = []
     deadline = time.monotonic() + 30
