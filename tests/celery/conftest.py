@@ -180,6 +180,15 @@ class Chronoq:
 #: (broker and result backend are one Redis database here) and the general path.
 _PATHS, _PATH_IDS = [True, False], ["script-publish", "kombu-publish"]
 BOTH_PUBLISH_PATHS = pytest.mark.parametrize("publish_script", _PATHS, ids=_PATH_IDS)
+#: The same, for the fault and restart tests of several seconds each: their general
+#: path runs with ``-m slow`` only (the suite's budget).
+BOTH_PUBLISH_PATHS_SLOW_GENERAL = pytest.mark.parametrize(
+    "publish_script",
+    [
+        pytest.param(True, id="script-publish"),
+        pytest.param(False, id="kombu-publish", marks=pytest.mark.slow),
+    ],
+)
 
 
 @pytest.fixture(params=_PATHS, ids=_PATH_IDS)

@@ -13,7 +13,13 @@ import redis
 
 from broker_adapter import MessageState
 from tests.celery import jobs
-from tests.celery.conftest import BOTH_PUBLISH_PATHS, CeleryWorker, Chronoq, runs, wait_for
+from tests.celery.conftest import (
+    BOTH_PUBLISH_PATHS_SLOW_GENERAL,
+    CeleryWorker,
+    Chronoq,
+    runs,
+    wait_for,
+)
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.external_service
@@ -24,7 +30,7 @@ def _view_state(chronoq: Chronoq, msg_id: str) -> MessageState | None:
     return None if view is None else view.state
 
 
-@BOTH_PUBLISH_PATHS
+@BOTH_PUBLISH_PATHS_SLOW_GENERAL
 def test_job_due_past_the_visibility_timeout_runs_exactly_once(
     tmp_path: Path, redis_url: str, publish_script: bool
 ) -> None:
@@ -55,7 +61,7 @@ def test_job_due_past_the_visibility_timeout_runs_exactly_once(
         worker.stop()
 
 
-@BOTH_PUBLISH_PATHS
+@BOTH_PUBLISH_PATHS_SLOW_GENERAL
 def test_celery_broker_down_then_back_nothing_lost(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, publish_script: bool
 ) -> None:

@@ -18,6 +18,7 @@ from broker_adapter import MessageState
 from tests.celery import jobs
 from tests.celery.conftest import (
     BOTH_PUBLISH_PATHS,
+    BOTH_PUBLISH_PATHS_SLOW_GENERAL,
     ROOT,
     CeleryWorker,
     Chronoq,
@@ -102,7 +103,7 @@ def test_a_message_stays_invisible_while_its_task_runs_past_the_invisible_time(
         chronoq.close()
 
 
-@BOTH_PUBLISH_PATHS
+@BOTH_PUBLISH_PATHS_SLOW_GENERAL
 def test_a_dispatcher_restarted_mid_task_ends_done_exactly_once(
     tmp_path: Path, redis_url: str, publish_script: bool, worker: CeleryWorker
 ) -> None:
@@ -123,7 +124,7 @@ def test_a_dispatcher_restarted_mid_task_ends_done_exactly_once(
         second.close()
 
 
-@BOTH_PUBLISH_PATHS
+@BOTH_PUBLISH_PATHS_SLOW_GENERAL
 def test_a_task_still_queued_in_celery_is_not_published_again_after_a_restart(
     tmp_path: Path, redis_url: str, publish_script: bool
 ) -> None:

@@ -196,6 +196,16 @@ def most_in_window(starts: list[float], window_s: float) -> int:
     return best
 
 
+# On the server with -m slow only (the suite's budget): the limits are the broker's
+# acquire_rate/acquire_slot, each checked on every adapter by the conformance suite
+@pytest.mark.parametrize(
+    "broker_url",
+    [
+        pytest.param("server", marks=pytest.mark.slow),
+        pytest.param("redis", marks=pytest.mark.external_service),
+    ],
+    indirect=True,
+)
 def test_rate_limit_and_max_running_hold_across_three_dispatchers(
     dispatchers: Dispatchers, broker_url: str
 ) -> None:
