@@ -126,13 +126,22 @@ class FireWrites:
         self._counters.count(batch, h_meta, counts, fired=True)
         batch.put(K.META_FIRED_UPTO, K.next_key(entries[-1][0]), h_meta)
         self._fresh.keep(chunk, self._tails)  # memory first: a failed write leaves it held
-        self._batch = batch
-        self.held += len(entries)
         if started:
             self._since = time.monotonic()
-        if hold and self._hold_s and self.held < HOLD_MAX:
+        if hold and self._hold_s and self.held + len(entries) < HOLD_MAX:
+            self._batch = batch
+            self.held += len(entries)
             return counts, started
-        self.write()
+        try:
+            self._store.write(batch, lazy=True)
+        except BaseException:
+            self._batch = batch  # held: the next write tries again
+            self.held += len(entries)
+            raise
+        # (a fire that found nothing held leaves held at 0 meanwhile: readers of
+        # BrokerCore.store do not queue on the lock for a write they need not wait for)
+        self._batch = None
+        self.held = 0
         return counts, False
 
     def write(self) -> None:
