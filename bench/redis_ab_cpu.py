@@ -103,7 +103,7 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
-def start_redis() -> tuple[subprocess.Popen[bytes], int]:
+def start_redis(nice: int = 0) -> tuple[subprocess.Popen[bytes], int]:
     exe = shutil.which("redis-server")
     if exe is None:
         raise SystemExit("redis-server is not installed (apt-get install redis-server)")
@@ -112,6 +112,8 @@ def start_redis() -> tuple[subprocess.Popen[bytes], int]:
         port = s.getsockname()[1]
     argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    if nice:
+        os.setpriority(os.PRIO_PROCESS, proc.pid, nice)  # its main thread: the one that serves
     deadline = time.monotonic() + 10
     while True:
         try:
@@ -222,7 +224,7 @@ def child(args: argparse.Namespace) -> None:
         else:
             pauses.append((time.perf_counter() - t_gc[0]) * 1000)
 
-    rproc, port = start_redis()
+    rproc, port = start_redis(args.redis_nice)
     url = f"redis://127.0.0.1:{port}/0"
     r = redis.Redis(port=port)
     try:
@@ -360,6 +362,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0.0,
         help="sample schedstat every 2 ms and show the windows of starts this late",
     )
+    p.add_argument(
+        "--redis-nice",
+        type=int,
+        default=0,
+        help="start redis-server at this nice value (an experiment: -10 as root puts it "
+        "ahead of the machine's other tasks)",
+    )
     p.add_argument("--worst", type=int, default=12, help="windows shown with --stall-ms")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--root", help=argparse.SUPPRESS)
@@ -394,6 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     str(args.seed),
                     *(["--count"] if args.count else []),
                     *(["--stall-ms", str(args.stall_ms), "--worst", str(args.worst)]),
+                    *(["--redis-nice", str(args.redis_nice)]),
                 ]
                 if subprocess.call(argv2) != 0 or not os.path.exists(out):
                     print(f"{tree}: the child failed", file=sys.stderr)

@@ -6,9 +6,10 @@ thread writes queued acks in one pipeline as soon as it can. Every other call
 that reads or changes group state (pull, nack, dead letter, query, stats,
 pending, flush, close) flushes the queue first, so it sees every ack made
 before it. A pull carries its group's queued acks in its own round trip
-(:meth:`AckBatcher.carried`), so while pulls come often this thread has little to
-write. If Redis refuses or loses a queued ack, the delivery comes back after
-its invisible time: at least once, as always.
+(:meth:`AckBatcher.carried`), so while pulls come often this thread writes
+nothing: it writes what stayed queued through a whole gathering. If Redis
+refuses or loses a queued ack, the delivery comes back after its invisible
+time: at least once, as always.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from broker_adapter.redis.scripts import Scripts, Step
 MAX_BATCH = 2000
 #: Seconds the writer waits after the first queued ack, gathering more.
 GATHER_S = 0.002
-#: The same while pulls carry the acks (the last gathering left nothing to write):
-#: the thread then wakes this rarely instead of after every pull (issue 16).
+#: The same while pulls carry the acks (the oldest went with a pull during the last
+#: gathering): the thread then wakes this rarely instead of after every pull (issue 16).
 CARRIED_GATHER_S = 0.02
 
 
@@ -148,10 +149,19 @@ class AckBatcher:
                     return
                 # gather for a moment: one pipeline for many acks costs far less CPU
                 self._gathering = True
+                head = self._queue[0]
                 self._cond.wait(self._gather_s)
                 self._gathering = False
-                # nothing left: pulls carried them (AckBatcher.carried); gather longer
-                self._gather_s = CARRIED_GATHER_S if not self._queue else GATHER_S
+                # The oldest ack went meanwhile: pulls carry them (AckBatcher.carried),
+                # and those queued since go with the next pull. Write only what stayed
+                # through a whole gathering (another group's or master's, or no pull
+                # came): while pulls flow this thread writes nothing, where it wrote
+                # every few ms (the acks of the jobs run since the last pull), a round
+                # trip and a redis-server wake-up each (issue 16).
+                if not self._queue or self._queue[0] is not head:
+                    self._gather_s = CARRIED_GATHER_S
+                    continue
+                self._gather_s = GATHER_S
             try:
                 self.flush()
             except Exception:
