@@ -42,6 +42,7 @@ from rocksdict import (
 )
 
 from broker_adapter.embedded import keys as K
+from broker_adapter.embedded.dir_lock import held_here
 from broker_adapter.embedded.keys import COLUMN_FAMILIES
 from broker_adapter.errors import (
     BrokerClosed,
@@ -348,7 +349,8 @@ class RocksStore:
         for err in list(self._raised):
             _clear_frames(err)
         self._raised.clear()
-        gc.collect()
+        if held_here(self.path / "LOCK"):
+            gc.collect()  # a cycle still holds the DB, and so its LOCK: free it now
 
     def scan(self, cf: str, lower: bytes, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` ``(key, value)`` pairs of ``cf`` in ``[lower, upper)``, in order."""
