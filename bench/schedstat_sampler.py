@@ -129,4 +129,6 @@ def window(rows: list[Row], names: list[str], t0: float, t1: float) -> str:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] in ("-h", "--help"):
+        sys.exit(__doc__)
     sample(sys.argv[1], float(sys.argv[2]), sys.argv[3:])
