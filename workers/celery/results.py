@@ -40,6 +40,7 @@ import contextlib
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import Any
@@ -107,6 +108,10 @@ class ResultWatcher:
         self._thread: threading.Thread | None = None
         self._backend: Any = None
         self._prefix = b""
+        # close() publishes on this watcher's own channel so that the subscribed
+        # thread's blocking read returns at once, not at its 0.2 s timeout
+        self._stop_channel = f"chronoq-results-stop:{uuid.uuid4().hex}"
+        self._subscribed: Any = None  # the client whose pub/sub reads, while it does
 
     # -- what the executor calls ----------------------------------------------------------
 
@@ -209,6 +214,10 @@ class ResultWatcher:
         released by the dispatcher's drain)."""
         self._stop.set()
         self._wake.set()
+        client = self._subscribed
+        if client is not None:
+            with contextlib.suppress(Exception):  # the read then ends at its timeout
+                client.publish(self._stop_channel, b"")
         thread = self._thread
         if thread is not None:
             thread.join(timeout=5)
@@ -273,6 +282,8 @@ class ResultWatcher:
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
             pubsub.psubscribe(self._prefix + b"*")
+            pubsub.subscribe(self._stop_channel)  # a plain message: _on_message skips it
+            self._subscribed = client
             next_sweep = 0.0
             clock = time.monotonic
             while not self._stop.is_set():
@@ -290,6 +301,7 @@ class ResultWatcher:
                 # task. It delays settling a message, never a task's start.
                 self._stop.wait(GATHER_S)
         finally:
+            self._subscribed = None
             with contextlib.suppress(Exception):  # closing a broken connection
                 pubsub.close()
 
