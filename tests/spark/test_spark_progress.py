@@ -10,7 +10,9 @@ import pty
 import re
 import select
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,17 +26,18 @@ def _work(spark: Any, bar: SparkProgress) -> int:
     return int(spark.range(0, 10_000, numPartitions=6).selectExpr("id % 7 AS k").count())
 
 
-def test_a_terminal_shows_every_task_of_the_work(
-    spark: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Given: stderr on a pseudo-terminal
+def _last_line_on_a_terminal(
+    spark: Any, monkeypatch: pytest.MonkeyPatch, after_work: Callable[[], None] = lambda: None
+) -> tuple[str, str]:
+    """Run ``_work`` inside a SparkProgress with stderr on a pseudo-terminal (then
+    ``after_work``, still inside); returns what the terminal showed and its last line."""
     master, slave = pty.openpty()
     with open(slave, "w", buffering=1, closefd=False) as tty:
         monkeypatch.setattr("sys.stderr", tty)
-        # When: Spark work runs inside a SparkProgress
         with SparkProgress(spark, "report") as bar:
             assert bar.shown
             assert _work(spark, bar) == 10_000
+            after_work()
     shown = b""
     while select.select([master], [], [], 0.2)[0]:
         chunk = os.read(master, 65536)
@@ -44,13 +47,64 @@ def test_a_terminal_shows_every_task_of_the_work(
     os.close(master)
     os.close(slave)
     text = shown.decode(errors="replace")
+    return text, text.strip().split("\r")[-1]
+
+
+def test_a_terminal_shows_every_task_of_the_work(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: stderr on a pseudo-terminal
+    # When: Spark work runs inside a SparkProgress
+    text, last = _last_line_on_a_terminal(spark, monkeypatch)
     # Then: the bar ends with every task done: at least the 6 of the 6 partitions
-    last = text.strip().split("\r")[-1]
     assert last.startswith("counting: 100%"), text
     done, total = map(int, re.findall(r"(\d+)/(\d+)", last)[-1])
     assert done == total >= 6, text
     # And: the session's job group is as before (the Spark executor sets its own per run)
     assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None
+
+
+class _LaggingTracker:
+    """The real status tracker, in addition seen through a lag: while ``lag`` > 0 each
+    job looks still running with no task done (Spark's listener bus had not told the
+    tracker yet), one lagging answer per ``getJobInfo``."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.lag = 0
+
+    def getJobIdsForGroup(self, group: str) -> Any:  # Spark's names
+        return self.real.getJobIdsForGroup(group)
+
+    def getJobInfo(self, job_id: int) -> Any:
+        job = self.real.getJobInfo(job_id)
+        if self.lag > 0 and job is not None:
+            self.lag -= 1
+            return SimpleNamespace(status="RUNNING", stageIds=job.stageIds, lagging=True)
+        return job
+
+    def getStageInfo(self, stage_id: int) -> Any:
+        stage = self.real.getStageInfo(stage_id)
+        if self.lag > 0 and stage is not None:
+            return SimpleNamespace(numCompletedTasks=0, numTasks=stage.numTasks)
+        return stage
+
+
+def test_the_final_count_waits_until_the_tracker_knows_the_jobs_ended(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: a status tracker that learns of the work's end a few looks late
+    tracker = _LaggingTracker(spark.sparkContext.statusTracker())
+    monkeypatch.setattr(spark.sparkContext, "statusTracker", lambda: tracker)
+
+    def lag() -> None:
+        tracker.lag = 3
+
+    # When: the work ends while the tracker lags
+    text, last = _last_line_on_a_terminal(spark, monkeypatch, after_work=lag)
+    # Then: the bar still ends with every task done
+    assert tracker.lag == 0
+    assert last.startswith("counting: 100%"), text
 
 
 def test_quiet_shows_nothing_and_leaves_the_job_group_alone(spark: Any) -> None:
