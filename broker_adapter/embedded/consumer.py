@@ -178,7 +178,7 @@ class EmbeddedConsumer(Consumer):
             return False
         until = core.seconds_until(due)
         if until >= _QUIET_S:  # a quiet moment: write held fires and refill now, not at a fire
-            core.write_held(old_only=True)
+            core.write_held_old()
             if core.top_up():
                 due = core.next_due_ms()
                 if due is None:

@@ -298,15 +298,13 @@ class BrokerCore(WheelWrites, WheelWakes):
             self.wake_if_before(self.now() + self._fires.hold_ms + FIRE_DUTY_GRACE_MS)
         return counts
 
-    def write_held(self, old_only: bool = False) -> None:
-        """Write the held fires now, or with ``old_only`` if they were held their
-        time (a pull about to wait, or the wheel thread's turn)."""
+    def write_held_old(self) -> None:
+        """Write the held fires if they were held their time (a pull about to wait,
+        or the wheel thread's turn); every other write of them goes through
+        :meth:`_written`."""
         if self._fires.held:
             with self._lock:
-                if old_only:
-                    self._fires.write_old()
-                else:
-                    self._fires.write()
+                self._fires.write_old()
 
     @property
     def held_fires(self) -> int:

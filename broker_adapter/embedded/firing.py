@@ -78,7 +78,7 @@ class WheelThread:
                 if self.fire_due():
                     time.sleep(0)  # let senders and consumers in between chunks
                     continue
-                core.write_held(old_only=True)  # what no pull wrote in its time
+                core.write_held_old()  # what no pull wrote in its time
                 now = core.now()
                 deadline = self._groups.housekeep(now)
                 if now >= next_trim:  # a round in chunks, firing in between
