@@ -104,6 +104,9 @@ def thread_cpu() -> dict[str, float]:
 
 
 def start_redis(nice: int = 0) -> tuple[subprocess.Popen[bytes], int]:
+    """A ``redis-server`` child (as ``bench.async_client.redis_server`` starts it, plus
+    ``nice`` and the process for its CPU): its own copy, since the child's ``bench``
+    package is the measured tree's, which may predate what it needs."""
     exe = shutil.which("redis-server")
     if exe is None:
         raise SystemExit("redis-server is not installed (apt-get install redis-server)")
