@@ -12,7 +12,8 @@ sends one message, pulls it once due, then closes the consumer and the broker; i
 prints the median and the maximum of the open and of the close, in ms. A close
 that waits for a background thread's poll timeout shows here as a close near
 that timeout (the Redis listener's pub/sub read, 0.2 s, before its stop channel).
-A close's full garbage collection does not: it costs with the size of the heap,
+The last row is the Celery executor's result watcher (its pub/sub read, 0.2 s,
+before its stop channel). A close's full garbage collection does not: it costs with the size of the heap,
 small in this process (the embedded store collected at every close before
 ``embedded/dir_lock.py``; 67 ms per close on average inside the test suite).
 """
@@ -69,6 +70,30 @@ def _row(name: str, rounds: int, open_broker: Callable[[ManualClock], BrokerAdap
     )
 
 
+def _watcher_row(url: str, rounds: int) -> None:
+    """The Celery executor's result watcher on ``url``: started, subscribed, closed."""
+    try:
+        from celery import Celery
+    except ImportError:
+        print("celery    (not installed: pip install 'chronoq[celery]')")
+        return
+    from workers.celery.results import ResultWatcher
+
+    app = Celery("close-cost", broker=url, backend=url)
+    closes = []
+    for _ in range(rounds):
+        watcher = ResultWatcher(app)
+        watcher.start()
+        time.sleep(0.3)  # subscribed and reading by then
+        t0 = time.perf_counter()
+        watcher.close()
+        closes.append((time.perf_counter() - t0) * 1e3)
+    print(
+        f"{'celery':<9} result watcher close median {statistics.median(closes):6.1f}"
+        f" max {max(closes):6.1f} ms"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
@@ -94,6 +119,7 @@ def main() -> None:
 
             _row("redis", args.rounds, open_redis)
             flusher.close()
+            _watcher_row(server.url, args.rounds)
         finally:
             server.stop()
     print(f"load after: {load_average()}")
