@@ -1,8 +1,10 @@
 """Child process of the kill -9 test: sends, aborts and consumes until killed.
 
 After each call returns it appends a line to the journal (and flushes), so the
-journal lists only what the broker had acknowledged: ``sent <id>`` and
-``aborted <id>``.
+journal lists only what the broker had acknowledged: ``sent <id>``, then for an
+abort ``aborting <id>`` before the call and ``aborted <id>`` or ``kept <id>``
+after it. A kill between an abort's answer and its line leaves ``aborting``
+alone: that message may be either.
 """
 
 from __future__ import annotations
@@ -37,8 +39,11 @@ def main(data_dir: str, journal_path: str) -> None:
         else:
             res = broker.send(Message("crash", b"s", key=f"k{n}", delay_ms=rng.randrange(0, 3000)))
             journal.write(f"sent {res.msg_id}\n")
-            if n % 3 == 0 and broker.abort(msg_id=res.msg_id).status is AbortStatus.ABORTED:
-                journal.write(f"aborted {res.msg_id}\n")
+            if n % 3 == 0:
+                journal.write(f"aborting {res.msg_id}\n")
+                status = broker.abort(msg_id=res.msg_id).status
+                outcome = "aborted" if status is AbortStatus.ABORTED else "kept"
+                journal.write(f"{outcome} {res.msg_id}\n")
 
 
 if __name__ == "__main__":
