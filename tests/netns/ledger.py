@@ -2,7 +2,10 @@
 duplicated (and whether a fault explains each), interval occurrences, rejoins.
 
 A keyed job ran when a run of it *ended*; it is duplicated when it *started* more
-than once (a run cut short by a kill counts: its job started again elsewhere).
+than once (a run cut short by a kill counts: its job started again elsewhere). An
+interval occurrence is duplicated when it started more than once; like a keyed
+job's, a repeat is the fault's when every earlier run was on a faulted host around
+the fault (a run whose ack the fault cut off comes back: at least once).
 Input: the producer's answers (``producer.json``, see :mod:`tests.netns.producer`)
 and every ``<host>-<pid>.jsonl`` of :mod:`tests.netns.app`. All hosts share the
 machine's clock, so start times from different hosts compare directly.
@@ -78,7 +81,8 @@ class Verdict:
     dup_explained: list[str] = field(default_factory=list)
     dup_unexplained: list[str] = field(default_factory=list)
     ticks: int = 0
-    tick_dups: list[int] = field(default_factory=list)
+    tick_dups: list[int] = field(default_factory=list)  # unexplained by the fault
+    tick_dups_explained: list[int] = field(default_factory=list)
     tick_gaps: list[tuple[int, int]] = field(default_factory=list)
     runs_after_fault: dict[str, int] = field(default_factory=dict)
     takeover_ms: int | None = None
@@ -103,7 +107,10 @@ class Verdict:
                 f"e.g. {self.dup_unexplained[:5]}"
             )
         if self.tick_dups:
-            out.append(f"interval occurrences ran more than once: {self.tick_dups[:5]}")
+            out.append(
+                "interval occurrences ran more than once without a fault to explain it: "
+                f"{self.tick_dups[:5]}"
+            )
         if self.tick_gaps:
             out.append(f"interval occurrences missing between {self.tick_gaps[:5]}")
         for host in rejoin_hosts:
@@ -125,7 +132,8 @@ class Verdict:
             f"takeover of in-flight work {take} after the fault\n"
             f"  lateness P50 {self.late_p50_ms} ms, P99 {self.late_p99_ms} ms, "
             f"max {self.late_max_ms} ms; interval occurrences {self.ticks} "
-            f"(dups {len(self.tick_dups)}, gaps {len(self.tick_gaps)}); "
+            f"(dups {len(self.tick_dups_explained)} at the fault, {len(self.tick_dups)} "
+            f"unexplained, gaps {len(self.tick_gaps)}); "
             f"producer retries {self.retries}, due times shifted (producer behind) "
             f"{self.shifted} by up to {self.max_shift_ms / 1000:.1f} s"
         )
@@ -140,7 +148,7 @@ def judge(producer: dict[str, Any], runs: list[dict[str, Any]], fault: Fault) ->
     v.retries = {"send": producer["send_retries"], "abort": producer["abort_retries"]}
     v.shifted, v.max_shift_ms = producer["shifted"], producer["max_shift_ms"]
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    fires: dict[int, int] = defaultdict(int)
+    fires: dict[int, list[dict[str, Any]]] = defaultdict(list)
     hosts: dict[str, int] = defaultdict(int)
     after: dict[str, int] = defaultdict(int)
     end = max(fault.end_ms, fault.start_ms)
@@ -155,7 +163,7 @@ def judge(producer: dict[str, Any], runs: list[dict[str, Any]], fault: Fault) ->
         if run["j"] == WORK:
             by_key[run["k"]].append(run)
         elif run["j"] == TICK:
-            fires[run["f"]] += 1
+            fires[run["f"]].append(run)
     v.runs_by_host, v.runs_after_fault = dict(hosts), dict(after)
     v.ran = sum(len(r) for r in by_key.values())
     v.lost = sorted(expected - done)  # a run counts once it ended
@@ -164,8 +172,7 @@ def judge(producer: dict[str, Any], runs: list[dict[str, Any]], fault: Fault) ->
     for key, key_runs in by_key.items():
         if len(key_runs) < 2:
             continue
-        key_runs.sort(key=lambda r: r["t"])
-        if all(fault.explains(r) for r in key_runs[:-1]):
+        if _repeats_explained(key_runs, fault):
             v.dup_explained.append(key)
             retaken.append(key_runs[-1]["t"])
         else:
@@ -176,8 +183,18 @@ def judge(producer: dict[str, Any], runs: list[dict[str, Any]], fault: Fault) ->
     v.late_p50_ms, v.late_p99_ms = _pct(late, 0.5), _pct(late, 0.99)
     v.late_max_ms = max(late, default=0)
     v.ticks = len(fires)
-    v.tick_dups = sorted(f for f, n in fires.items() if n > 1)
+    for f, tick_runs in sorted(fires.items()):
+        if len(tick_runs) > 1:
+            explained = _repeats_explained(tick_runs, fault)
+            (v.tick_dups_explained if explained else v.tick_dups).append(f)
     ordered = sorted(fires)
     step = TICK_S * 1000
     v.tick_gaps = [(a, b) for a, b in itertools.pairwise(ordered) if b - a != step]
     return v
+
+
+def _repeats_explained(runs: list[dict[str, Any]], fault: Fault) -> bool:
+    """Whether every run but the last of one job or occurrence (sorted here by start)
+    could have been cut off by ``fault`` before its ack."""
+    runs.sort(key=lambda r: r["t"])
+    return all(fault.explains(r) for r in runs[:-1])
