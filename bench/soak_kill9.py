@@ -135,10 +135,12 @@ def ran_ids(ledger_dir: Path) -> Callable[[], set[str]]:
     return lambda: set(Ledger.read(ledger_dir).runs)
 
 
-def wait_ready(proc: subprocess.Popen[str], out: Path, timeout: float = 60.0) -> None:
-    """Wait for a child's ``ready`` line in its output file."""
+def wait_ready(
+    proc: subprocess.Popen[str], out: Path, marker: str = "ready", timeout: float = 60.0
+) -> None:
+    """Wait for a child's ``marker`` (its ``ready`` line) in its output file."""
     deadline = time.monotonic() + timeout
-    while "ready" not in (out.read_text() if out.exists() else ""):
+    while marker not in (out.read_text() if out.exists() else ""):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"child not ready: {out.read_text()[-2000:]}")
         time.sleep(0.05)
@@ -229,11 +231,13 @@ def soak_dispatcher(
     scheduler: Scheduler,
     job: str,
     ran: Callable[[], set[str]],
+    ready: str,
     collect: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
     """Kill and restart the dispatcher ``argv`` while this process (the directory's
     owner, through ``scheduler``) schedules and cancels runs of ``job``; ``ran``
-    tells which ids ran, ``collect`` writes runs recorded elsewhere to the ledger."""
+    tells which ids ran, ``ready`` is what the dispatcher's output says once it
+    works, ``collect`` writes runs recorded elsewhere to the ledger."""
     handle = scheduler.handle(job)
     ledger = LedgerFile(s.ledger_dir / "producer.log")
 
@@ -247,12 +251,17 @@ def soak_dispatcher(
     producer = Producer(ledger, send, abort, s.kind, rate=s.args.rate / 2, seed=s.args.seed)
     producer.start()
     proc = None
+    out = s.work / f"{s.kind}.out"
     try:
         for _ in range(s.args.cycles):
             proc = s.child(argv, s.kind)
+            # The pause counts from the dispatcher's start of work, not its spawn: under
+            # load `chronoq run` takes ~1 s to join (0.3 s quiet), the pause 0.75-2.25 s.
+            wait_ready(proc, out, ready)
             s.pause()
             s.kill_child(proc)
         proc = s.child(argv, s.kind)
+        wait_ready(proc, out, ready)
         s.pause()
         producer.stop.set()
         producer.join(30)
@@ -277,7 +286,12 @@ def soak_run(s: Soak) -> dict[str, Any]:
     chronoq = str(Path(sys.executable).with_name("chronoq"))
     try:
         return soak_dispatcher(
-            s, [chronoq, "run", "bench.soak_app:app"], scheduler, JOB, ran_ids(s.ledger_dir)
+            s,
+            [chronoq, "run", "bench.soak_app:app"],
+            scheduler,
+            JOB,
+            ran_ids(s.ledger_dir),
+            "dispatcher joined group",
         )
     finally:
         scheduler.close()
@@ -306,7 +320,7 @@ def soak_celery(s: Soak) -> dict[str, Any]:
 
     try:
         ran = lambda: {r["task_id"] for r in runs(url, "t.record")}
-        return soak_dispatcher(s, argv, scheduler, "t.record", ran, collect)
+        return soak_dispatcher(s, argv, scheduler, "t.record", ran, "ready", collect)
     finally:
         scheduler.close()
         for w in workers:
