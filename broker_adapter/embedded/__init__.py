@@ -1,6 +1,6 @@
 """The embedded broker: timed messages on a RocksDB timing wheel, in process."""
 
 from broker_adapter.embedded.broker import EmbeddedBroker
-from broker_adapter.embedded.store import DURABILITY_MODES
+from broker_adapter.embedded.rocks_options import DURABILITY_MODES
 
 __all__ = ["DURABILITY_MODES", "EmbeddedBroker"]

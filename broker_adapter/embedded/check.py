@@ -36,6 +36,7 @@ from rocksdict import AccessType, Cache, Rdict, ReadOptions
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded import store as S
 from broker_adapter.embedded.records import HEAD_SIZE, VERSION
+from broker_adapter.embedded.rocks_options import options_for
 from broker_adapter.errors import BrokerLocked
 
 #: Example ids or keys a report keeps per kind of problem.
@@ -141,9 +142,9 @@ def refuse_if_held(path: Path) -> None:
 def open_read_only(path: Path) -> Rdict:
     """The broker's DB at ``path``, read-only (raises RocksDB's own errors)."""
     cache = Cache(8 * 1024 * 1024)
-    cfs = {name: S.options_for(cache, name) for name in K.COLUMN_FAMILIES}
+    cfs = {name: options_for(cache, name) for name in K.COLUMN_FAMILIES}
     return Rdict(
-        str(path), S.options_for(cache), column_families=cfs, access_type=AccessType.read_only()
+        str(path), options_for(cache), column_families=cfs, access_type=AccessType.read_only()
     )
 
 

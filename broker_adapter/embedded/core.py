@@ -80,7 +80,7 @@ class BrokerCore(WheelWrites, WheelWakes):
         cursor is past its tail without reading the store).
     :param path: data directory; one process owns it at a time.
     :param clock: the time source; the core subscribes :meth:`kick` to it.
-    :param durability: see :data:`~broker_adapter.embedded.store.DURABILITY_MODES`.
+    :param durability: see :data:`~broker_adapter.embedded.rocks_options.DURABILITY_MODES`.
     :param window_ms: the near window of the timing wheel held in memory.
     :param fire_hold_ms: how long a pull's fire may wait for its write (see
         :mod:`~broker_adapter.embedded.fire_writes`; 0: never).

@@ -42,7 +42,8 @@ from broker_adapter.embedded.check import (
     refuse_if_held,
 )
 from broker_adapter.embedded.core import SEQ_BLOCK
-from broker_adapter.embedded.store import RocksStore, options_for
+from broker_adapter.embedded.rocks_options import options_for
+from broker_adapter.embedded.store import RocksStore
 from broker_adapter.errors import BrokerError
 
 _RECORD_FAMILIES = (K.CF_WHEEL, K.CF_READY, K.CF_ABORTED)

@@ -1,7 +1,8 @@
 """RocksStore: one RocksDB directory opened in raw mode with the broker's column families.
 
-It owns the durability choice (see :data:`DURABILITY_MODES`) and says who holds
-the directory when RocksDB's lock refuses us.
+It applies the durability choice (the modes and the options they mean are in
+:mod:`~broker_adapter.embedded.rocks_options`) and says who holds the directory
+when RocksDB's lock refuses us.
 
 Every write goes through :meth:`RocksStore.write` or :meth:`RocksStore.put`, the one
 place RocksDB's errors become typed ones: no space left (and RocksDB's "Writer has
@@ -30,20 +31,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rocksdict import (
-    AccessType,
-    BlockBasedOptions,
-    Cache,
-    Options,
-    Rdict,
-    ReadOptions,
-    WriteBatch,
-    WriteOptions,
-)
+from rocksdict import AccessType, Cache, Rdict, ReadOptions, WriteBatch
 
 from broker_adapter.embedded import keys as K
 from broker_adapter.embedded.dir_lock import held_here
 from broker_adapter.embedded.keys import COLUMN_FAMILIES
+from broker_adapter.embedded.rocks_options import (
+    BLOCK_CACHE_BYTES,
+    DURABILITY_MODES,
+    options_for,
+    write_options,
+)
 from broker_adapter.errors import (
     BrokerClosed,
     BrokerError,
@@ -56,21 +54,7 @@ from broker_adapter.errors import (
 log = logging.getLogger("chronoq.broker_adapter.RocksStore")
 log.addHandler(logging.NullHandler())
 
-#: ``sync``: fsync the WAL on every send/abort (survives power loss; slowest).
-#: ``wal`` (default): write the WAL on every send/abort without fsync (survives
-#: ``kill -9`` of the process, not a power cut). ``fast``: no WAL (a crash loses
-#: recent sends; ``close()`` still persists everything).
-DURABILITY_MODES = ("sync", "wal", "fast")
 OWNER_FILE = "CHRONOQ_OWNER"
-
-
-#: Memory budget. Memtables of all families share ``MEMTABLE_BUDGET`` and data
-#: blocks share one LRU block cache (RocksDB's defaults would let six families
-#: hold 64 MiB memtables each). Bloom filters and indexes cost about 2 bytes per
-#: pending message on top (10M pending: ~165 MB RSS in all).
-MEMTABLE_BUDGET = 48 * 1024 * 1024
-BLOCK_CACHE_BYTES = 32 * 1024 * 1024
-_BIG_FAMILIES = ("wheel", "ready")
 
 #: Least time between two attempts to resume writing after a full disk.
 RESUME_PROBE_S = 1.0
@@ -107,39 +91,6 @@ class _Families(dict[str, Any]):
             if found is not None:
                 return found
         raise StorageFull(self.path, "the store is reopening after a full disk; retry")
-
-
-def _options(cache: Cache, family: str | None = None) -> Options:
-    opt = Options(raw_mode=True)
-    if family is None:  # options of the DB itself
-        opt.create_if_missing(True)
-        opt.create_missing_column_families(True)
-        opt.increase_parallelism(2)
-        opt.set_db_write_buffer_size(MEMTABLE_BUDGET)
-        opt.set_max_open_files(512)
-        opt.set_keep_log_file_num(3)
-    big = family in _BIG_FAMILIES
-    opt.set_write_buffer_size((16 if big else 4) * 1024 * 1024)
-    opt.set_max_write_buffer_number(2)
-    table = BlockBasedOptions()
-    table.set_block_cache(cache)
-    # Index and filter blocks stay in table-reader memory (a few bytes per key):
-    # charging them to the small block cache made key lookups thrash once data
-    # left the memtables (613k/s -> 12k/s at 1M keys).
-    table.set_bloom_filter(10, False)  # point lookups: keys, wheel, ready, aborted
-    opt.set_block_based_table_factory(table)
-    return opt
-
-
-def options_for(cache: Cache, family: str | None = None) -> Options:
-    """The options the broker opens its DB with (``family=None``) or one of its column
-    families with; for tools that open a data directory themselves (check, repair)."""
-    return _options(cache, family)
-
-
-def _disable_wal(opt: WriteOptions) -> None:
-    # rocksdict 0.3.29 exposes disable_wal as a property (its .pyi says method)
-    setattr(opt, "disable_wal", True)  # noqa: B010
 
 
 def _clear_frames(err: BaseException) -> None:
@@ -194,23 +145,15 @@ class RocksStore:
         # (and its LOCK) alive after close() or a resume; _release() clears them.
         self._raised: weakref.WeakSet[BaseException] = weakref.WeakSet()
         self._open(read_only=False)
-        self.write_opt = WriteOptions()
-        if durability == "sync":
-            self.write_opt.sync = True
-        elif durability == "fast":
-            _disable_wal(self.write_opt)
-        # Background writes (fire, cursors) never need an fsync: losing them only
-        # repeats a delivery, which at-least-once allows.
-        self.lazy_opt = WriteOptions()
-        if durability == "fast":
-            _disable_wal(self.lazy_opt)
+        # Sends and aborts write with write_opt; background writes with lazy_opt.
+        self.write_opt, self.lazy_opt = write_options(durability)
 
     def _open(self, read_only: bool) -> None:
-        cfs = {name: _options(self._cache, name) for name in COLUMN_FAMILIES}
+        cfs = {name: options_for(self._cache, name) for name in COLUMN_FAMILIES}
         access = AccessType.read_only() if read_only else AccessType.read_write()
         try:
             self.db = Rdict(
-                str(self.path), _options(self._cache), column_families=cfs, access_type=access
+                str(self.path), options_for(self._cache), column_families=cfs, access_type=access
             )
         except Exception as e:
             text = str(e)
