@@ -11,17 +11,8 @@ role when answers are awaited and no caller reads (async sends, callers that
 timed out). When the socket breaks, every waiting request fails with
 :class:`ConnectionFailed` and the link is dead.
 
-Acks a consumer answered itself (:meth:`Link.ack_later`) are written without
-anyone waiting for them, one ``ack_batch`` per consumer: at once on a quiet link
-(no call under way or ended within :data:`ACK_WRITE_DELAY_S`);
-while a call (a dispatcher's long poll) or an ack batch is under way, with the
-next request (a dispatcher's next pull carries them: no write of their own) or
-by the background reader within :data:`ACK_WRITE_DELAY_S` (while acks flow, it looks
-at the queue every :data:`ACK_WRITE_DELAY_S` rather than being woken for each batch:
-a thread wake-up less per pull). Either way the server
-applies them before whatever this process asks next. The link's reader reads
-their answers. If the link breaks first they are lost, and the server delivers
-those messages again after their invisible time (at least once, as ever).
+Acks a consumer answered itself (:meth:`Link.ack_later`) go out without anyone
+waiting for them, batched: see :mod:`~broker_adapter.server.ack_queue`.
 """
 
 from __future__ import annotations
@@ -29,22 +20,16 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from broker_adapter.errors import (
-    AuthenticationFailed,
-    ChronoqError,
-    ConnectionFailed,
-)
+from broker_adapter.errors import ChronoqError, ConnectionFailed
 from broker_adapter.server import protocol as P
-from broker_adapter.server.session import check_request_size, hello_request, read_hello
-from broker_adapter.server.unix import connect_unix
+from broker_adapter.server.ack_queue import ACK_WRITE_DELAY_S, AckQueue
+from broker_adapter.server.link_socket import LinkSocket
+from broker_adapter.server.session import check_request_size
 from broker_adapter.server.waiters import TimedWaiter, Waiter
 
 log = logging.getLogger("chronoq.broker_adapter.Link")
@@ -58,12 +43,6 @@ READ_SLICE_S = 0.02
 #: How long answers to :meth:`Link.ack_later` may wait for a caller's read before the
 #: background reader reads them.
 ACK_READ_DELAY_S = 0.05
-#: Longest an ack of :meth:`Link.ack_later` waits for a request to carry it before
-#: the background reader writes it.
-ACK_WRITE_DELAY_S = 0.005
-#: While acks were queued this recently (s), the background reader looks at the queue
-#: every :data:`ACK_WRITE_DELAY_S` instead of being woken for each batch.
-ACK_BUSY_S = 0.1
 #: Bound on answers to requests other than sync sends (their own timeout) and long polls
 #: (their wait plus this).
 REQUEST_TIMEOUT_S = 30.0
@@ -86,68 +65,30 @@ class Link:
     def __init__(
         self, host: str, port: int | None, token: str | None, connect_timeout_s: float = 3.0
     ) -> None:
-        self.address = host if port is None else f"{host}:{port}"
-        try:
-            if port is None:
-                self._sock = connect_unix(Path(host), connect_timeout_s)
-            else:
-                self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
-        except OSError as e:
-            raise ConnectionFailed(
-                f"cannot reach the broker server at {self.address}: {e}; "
-                "is `chronoq broker serve` running there?"
-            ) from e
-        if port is not None:
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = LinkSocket(host, port, token, connect_timeout_s, READ_SLICE_S)
+        self.address = self._sock.address
+        self.hello = hello = self._sock.hello
+        self.info: dict[str, Any] = hello.info
+        self.node: str = hello.node
+        self.max_body: int = hello.max_body
+        self.max_frame: int = hello.max_frame
         self._rids = itertools.count(1)
         self._pending: dict[int, Done] = {}
-        self._lock = threading.Lock()  # guards _pending, _alive and _reading
+        self._lock = threading.Lock()  # guards _pending, _acks, _alive and _reading
         self._write_lock = threading.Lock()  # one frame at a time onto the socket
         self._reader_wanted = threading.Condition(self._lock)
         self._reading = False  # a thread holds the read role
         self._alive = True
         self._error: ChronoqError | None = None
-        self._frames = P.FrameReader(self._sock)
-        self._acks: dict[int, list[bytes]] = {}  # consumer id -> receipts not yet written
-        self._ack_batches = 0  # ack_batch requests written and not answered yet
-        self._acks_due = 0.0  # monotonic time by which queued acks are written
-        self._acks_last = -math.inf  # monotonic time acks were last queued with a wait
+        self._acks = AckQueue(self._lock, self.address)
         self._wake_at = 0.0  # when the background reader's wait ends (0: not waiting)
         self._call_ended = -math.inf  # monotonic time the last call() ended
         self._callers = 0  # threads in call(): each reads until its answer comes
         self._role_waiters = 0  # of them, those waiting while another thread reads
-        try:
-            self._sock.sendall(hello_request(token))
-            answer = self._frames.frames()
-            if answer is None:
-                raise ConnectionFailed(f"{self.address} closed the connection at hello")
-            hello = read_hello(answer[0], self.address)
-        except (OSError, P.ProtocolError) as e:
-            self._abandon()
-            raise ConnectionFailed(f"hello to {self.address} failed: {e}") from e
-        except (ConnectionFailed, AuthenticationFailed):
-            self._abandon()
-            raise
-        self.hello = hello
-        self.info: dict[str, Any] = hello.info
-        self.node: str = hello.node
-        self.max_body: int = hello.max_body
-        self.max_frame: int = hello.max_frame
-        # A blocking socket whose receives (only) give up after a short while, so a
-        # reader with a deadline needs no poll call per read. (A socket timeout would
-        # also bound other threads' sendall, and could cut a frame in half.)
-        self._sock.settimeout(None)
-        self._sock.setsockopt(
-            socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, int(READ_SLICE_S * 1e6))
-        )
         self._reader = threading.Thread(
             target=self._read_loop, daemon=True, name=f"chronoq-link-{self.address}"
         )
         self._reader.start()
-
-    def _abandon(self) -> None:
-        self._alive = False
-        self._sock.close()
 
     @property
     def alive(self) -> bool:
@@ -168,14 +109,10 @@ class Link:
                 since = 0.0
                 while self._alive:
                     now = time.monotonic()
-                    ack_wait = self._acks_due - now if self._acks else None
+                    ack_wait = self._acks.wait_s(now)
                     if ack_wait is not None and ack_wait <= 0:
                         write_acks = True
                         break
-                    if ack_wait is None and now - self._acks_last < ACK_BUSY_S:
-                        # Acks flow: look again within ACK_WRITE_DELAY_S, so ack_later
-                        # need not wake this thread for each batch (issue 16).
-                        ack_wait = ACK_WRITE_DELAY_S
                     if self._reading or not self._pending:
                         since = 0.0
                         self._wait(ack_wait, now)
@@ -226,28 +163,12 @@ class Link:
         none past ``deadline``, a monotonic time), read it and deliver every whole
         answer. A broken or closed stream fails the link."""
         try:
-            frames = self._frames.take()
-            if not frames:
-                if deadline is not None and deadline <= time.monotonic():
-                    return
-                try:
-                    more = self._frames.fill()
-                except BlockingIOError:
-                    return  # nothing within READ_SLICE_S: let the caller check its deadline
-                if not more:
-                    self._fail(
-                        ConnectionFailed(
-                            f"the broker server at {self.address} closed the connection"
-                        )
-                    )
-                    return
-                frames = self._frames.take()
-            for payload in frames:
+            for payload in self._sock.read(deadline):
                 self._deliver(P.decode_response(payload))
         except P.ProtocolError as e:
             self._fail(ConnectionFailed(f"bad answer from {self.address}: {e}"))
-        except OSError as e:
-            self._fail(ConnectionFailed(f"connection to {self.address} broke: {e}"))
+        except ConnectionFailed as e:
+            self._fail(e)
 
     def _deliver(self, resp: P.Response) -> None:
         with self._lock:
@@ -273,10 +194,7 @@ class Link:
                 done(None, error)
             except Exception:
                 log.exception("completion of a failed request raised")
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        self._sock.shutdown()
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -318,32 +236,25 @@ class Link:
 
     def ack_later(self, cid: int, receipt: bytes) -> None:
         """Ack ``receipt`` of consumer ``cid`` without waiting: written at once on a quiet
-        link (no call and no ack batch under way, and no call ended within
-        :data:`ACK_WRITE_DELAY_S`), else before the next request, or by the background
-        reader :data:`ACK_WRITE_DELAY_S` after the first ack queued."""
+        link, else before the next request, or by the background reader within
+        :data:`~broker_adapter.server.ack_queue.ACK_WRITE_DELAY_S` (see that module)."""
         t = time.monotonic()
         with self._lock:
             if not self._alive:
                 return  # lost with the link: delivered again after its invisible time
-            first = not self._acks
-            acks = self._acks.get(cid)
-            if acks is None:
-                self._acks[cid] = [receipt]
-            else:
-                acks.append(receipt)
+            first = self._acks.add(cid, receipt)
             # A call that just ended (a dispatcher's pull) is likely followed by another
             # soon, which carries the acks: no frame and no answer of their own (issue 16).
             now = (
                 not self._callers
-                and not self._ack_batches
+                and not self._acks.batches
                 and t - self._call_ended >= ACK_WRITE_DELAY_S
             )
+            # The background reader times the write: woken unless it looks by then
+            # anyway (or is running: it looks at the queue before it waits again).
             if first and not now:
-                self._acks_last = t
-                self._acks_due = t + ACK_WRITE_DELAY_S
-                if self._wake_at > self._acks_due:
-                    # It times the write; not when it looks again by then anyway (or
-                    # is running: it looks at the queue before it waits again).
+                due = self._acks.arm(t)
+                if self._wake_at > due:
                     self._reader_wanted.notify()
         if now:
             self._write_acks(wake=True)
@@ -366,27 +277,13 @@ class Link:
     def _ack_frames(self) -> bytes:
         """The queued acks as ``ack_batch`` frames, their answers awaited (write lock held)."""
         with self._lock:
-            acks, self._acks = self._acks, {}
             if not self._alive:
+                self._acks.drop()
                 return b""
-            frames = []
-            for cid, receipts in acks.items():
-                rid = next(self._rids)
-                self._pending[rid] = self._acks_answered
-                self._ack_batches += 1
-                frames.append(P.request(rid, "ack_batch", {"cid": cid, "receipts": receipts}))
+            frames = self._acks.take_frames(self._rids, self._pending)
         # No wake-up here for their answers: a request that carried them is read by its
         # caller; _write_acks wakes the background reader when nobody else will read.
         return b"".join(frames)
-
-    def _acks_answered(self, result: Any, error: BaseException | None) -> None:
-        """An ``ack_batch`` of :meth:`ack_later` was answered."""
-        with self._lock:
-            self._ack_batches -= 1
-        if error is not None:
-            log.debug("acks to %s failed (delivered again later): %s", self.address, error)
-        elif isinstance(result, list) and not all(result):
-            log.debug("%d acks to %s came too late", result.count(False), self.address)
 
     def call(self, op: str, args: dict[str, Any], timeout_s: float) -> Any:
         """Send a request and wait for its result.
@@ -425,7 +322,7 @@ class Link:
 
     def _unattended(self) -> bool:
         """Whether a request waits that neither a caller nor a linger covers (lock held)."""
-        return len(self._pending) > self._ack_batches + self._callers - self._role_waiters
+        return len(self._pending) > self._acks.batches + self._callers - self._role_waiters
 
     def _wait_call(self, op: str, args: dict[str, Any], timeout_s: float, waiter: Waiter) -> Any:
         deadline = time.monotonic() + timeout_s
@@ -470,10 +367,7 @@ class Link:
             self._alive = False
             self._reader_wanted.notify_all()
         if was_alive:
-            try:
-                self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            self._sock.shutdown()
         self._fail(ConnectionFailed(f"link to {self.address} is closed"))
         if self._reader is not threading.current_thread():
             self._reader.join(timeout=5)
