@@ -22,7 +22,7 @@ Stages, chronoq (``rocksdb://``, app and dispatcher in one process):
   (``PullLoop._dispatch``: decode, route, admit, hooks), ``hand-off``
   (``LocalExecutor.start_job``: the queue put that wakes a pool thread);
 * pool threads: ``job`` (``run_job``: the body in its context), ``settle``
-  (``PullLoop._finish``: hooks, the ack, the bookkeeping).
+  (``RunEnds._finish``: hooks, the ack, the bookkeeping).
 
 APScheduler (``BackgroundScheduler``, ``MemoryJobStore``, ``ThreadPoolExecutor(10)``):
 
@@ -170,6 +170,7 @@ def install(system: str, probes: Probes, fine: bool = False) -> None:
         from broker_adapter.embedded.group_registry import GroupRegistry
         from workers.executors import local
         from workers.pull_loop import PullLoop
+        from workers.run_ends import RunEnds
 
         probes.wrap(ReadySignal, "wait", "wait")
         probes.wrap(GroupRegistry, "fire_due", "fire")
@@ -177,7 +178,7 @@ def install(system: str, probes: Probes, fine: bool = False) -> None:
         probes.wrap(PullLoop, "_dispatch", "dispatch")
         probes.wrap(local.LocalExecutor, "start_job", "hand-off")
         probes.wrap(local, "run_job", "job")
-        probes.wrap(PullLoop, "_finish", "settle")
+        probes.wrap(RunEnds, "_finish", "settle")
     else:
         from apscheduler.executors import pool
         from apscheduler.executors.base import BaseExecutor

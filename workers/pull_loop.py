@@ -1,23 +1,20 @@
 """PullLoop: a dispatcher's work once it joined its group; pull, route, submit, settle.
 
 :meth:`Dispatcher.open <workers.dispatcher.Dispatcher.open>` builds one; it is
-complete from then on (consumer, settler, hooks). Per pull it asks the hooks'
+complete from then on (consumer, hooks, run ends). Per pull it asks the hooks'
 ``tick``, waits for room (:class:`~workers.inflight.InFlight`), pulls, and per
 message decodes the :class:`~scheduler.jobcall.JobCall`, finds its spec, routes
 it (left to another dispatcher, a schedule's occurrence, or a job), asks the hooks to
 admit it and submits it to its executor. The outcome is settled in the thread
-that finishes the job (a done callback): success acks, a failure is settled as
-:class:`~workers.retry_decision.RetryDecider` decides.
+that finishes the job, by :class:`~workers.run_ends.RunEnds` (the done callback).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import Future
 from functools import partial
-from typing import Any
 
 from broker_adapter.base import Consumer
 from broker_adapter.clock import Clock
@@ -27,22 +24,20 @@ from scheduler.errors import JobNotFound
 from scheduler.jobcall import JobCall
 from scheduler.plan import SCHEDULE_PROPERTY
 from scheduler.spec import CRON_KEY_PREFIX, CronSpec, JobSpec, parse_cron_key
-from workers.context import JobContext, JobTimeout, reset_current, set_current
+from workers.context import JobContext, reset_current, set_current
 from workers.cron_gate import CronGate
-from workers.executors.base import Executor, Handoff
+from workers.executors.base import Executor
 from workers.executors.local import Done, LocalExecutor, QueuedCall
 from workers.hooks import DispatchHook, HookCalls
-from workers.inflight import InFlight, JobEnd
+from workers.inflight import InFlight
 from workers.invisibility import InvisibilityKeeper
-from workers.outcomes import Settler, describe_error, log_run
-from workers.retry_decision import RetryDecider
+from workers.outcomes import describe_error
+from workers.run_ends import RunEnds
 from workers.runs import App, Run
 from workers.settlement import Decision, Settlement
 from workers.timeout_watch import TimeoutWatch
 from workers.trace_hook import TraceHook, TraceSink
 
-_ACK = Decision(Settlement.ACK, "")
-_NEVER_STARTED = Decision(Settlement.RELEASE, "released: stopped before the job started")
 #: How soon a cron message whose planner failed comes back, ms.
 PLANNER_RETRY_MS = 1000
 
@@ -109,8 +104,6 @@ class PullLoop:
         #: Jobs not run inline any more: one ran longer than an inline run should.
         self.long_jobs: set[str] = set()
         self._log = log
-        self._settler = Settler(consumer, log)
-        self._decider = RetryDecider()
         self._crons = CronGate(app.registry)
         # The one place the hook list is built: the built-in ones, then the caller's.
         builtin: list[DispatchHook] = [
@@ -121,6 +114,12 @@ class PullLoop:
         if trace is not None:
             builtin.append(TraceHook(trace, group, clock_ms))
         self.calls = HookCalls([*builtin, *hooks])
+        ends = RunEnds(
+            consumer, flow=flow, calls=self.calls, start=self._start, clock_ms=clock_ms, log=log
+        )
+        self._ends = ends
+        # Bound once: they run per job or per message.
+        self._ended, self._done, self._settle_alone = ends.ended, ends.done, ends.settle_alone
         for on_open in self.calls.on_open:
             on_open(self)
 
@@ -272,6 +271,10 @@ class PullLoop:
         self._settle_alone(m, None, Decision(Settlement.DEAD, reason))
         self._log.error("msg=%s dead-lettered: %s", m.msg_id, reason)
 
+    def _expire(self, run: Run, job: JobContext) -> None:
+        # TimeoutWatch is built before the hook calls that RunEnds needs: called late.
+        self._ends.expire(run, job)
+
     def _start(self, run: Run, job: JobContext) -> None:
         """Submit ``job`` (``run``'s current job, holding a slot) to its executor."""
         for before_start in self.calls.before_start:
@@ -305,105 +308,6 @@ class PullLoop:
         run.future = fut
         fut.add_done_callback(partial(self._done, run, job))
 
-    # -- outcomes (in the thread that finished the job) ------------------------------------
-
-    def _done(self, run: Run, job: JobContext, fut: Future[Any]) -> None:
-        """An executor's future completed."""
-        if fut.cancelled():
-            self._ended(run, job, False, None, None)
-        else:
-            error = fut.exception()
-            self._ended(run, job, True, None if error is not None else fut.result(), error)
-
-    def _ended(
-        self, run: Run, job: JobContext, started: bool, result: Any, error: BaseException | None
-    ) -> None:
-        """A job ended (``started`` false: cancelled before it started); see :data:`Done`."""
-        if started and error is None and isinstance(result, Handoff):
-            # Runs elsewhere now: free the slot, await the outcome.
-            self._flow.hand_off()
-            for after_handoff in self.calls.after_handoff:
-                after_handoff(run)
-            result.outcome.add_done_callback(partial(self._outcome, run, job))
-            return
-        self._finish(run, job, True, not started, error)
-
-    def _outcome(self, run: Run, job: JobContext, fut: Future[Any]) -> None:
-        """A handed-off job's outcome came."""
-        cancelled = fut.cancelled()
-        self._finish(run, job, False, cancelled, None if cancelled else fut.exception())
-
-    def _finish(
-        self, run: Run, job: JobContext, slot: bool, cancelled: bool, error: BaseException | None
-    ) -> None:
-        """Settle ``run`` after ``job`` ended (``slot``: it still holds a slot; else its
-        handoff's outcome came), or start its next occurrence."""
-        for after_job in self.calls.after_job:
-            after_job(run, job, CancelledError() if cancelled else error)
-        nxt = None
-        if error is None and not cancelled and (fire_ms := run.next_fire_ms()) is not None:
-            nxt = JobContext(run.spec, run.call, run.message, fire_ms, self._clock_ms)
-        # The common end claims lock-free; its slot goes with the settle (claim_ended).
-        held = slot and nxt is None and self._flow.claim_ended(run)
-        end = JobEnd.SETTLE if held else self._flow.end_job(run, slot=slot, next_job=nxt)
-        if end is JobEnd.NEXT and nxt is not None:
-            log_run(self._log, job, "ok", time.monotonic())
-            self._flow.take_slot()
-            self._start(run, nxt)
-            return
-        for after_run in self.calls.after_run:
-            after_run(run)
-        if end is JobEnd.SETTLED:
-            return  # already settled: timed out or released; its late end changes nothing
-        if cancelled:
-            outcome = self._settle_run(run, _NEVER_STARTED, slot=held)
-        elif error is None:
-            outcome = self._settle_run(run, _ACK, slot=held)
-        else:
-            decision = self._decide(run, error)
-            outcome = self._settle_run(run, decision, slot=held)
-            if decision.settlement is Settlement.DEFER:
-                error = None  # the executor logged why; no traceback per message
-        log_run(self._log, job, outcome, time.monotonic(), error)
-
-    def _expire(self, run: Run, job: JobContext) -> None:
-        """``job`` ran over its timeout (see :class:`~workers.timeout_watch.TimeoutWatch`)."""
-        if not self._flow.claim(run, job):
-            return
-        job.cancel("timeout")
-        error = JobTimeout(run.spec.name, run.spec.timeout or 0.0)
-        outcome = self._settle_run(run, self._decide(run, error))
-        log_run(self._log, job, outcome, time.monotonic(), error)
-
-    def _decide(self, run: Run, error: BaseException) -> Decision:
-        return self._decider.decide(
-            run.spec, run.message.attempts, error, cron=run.cron is not None
-        )
-
-    def _settle_run(self, run: Run, d: Decision, *, slot: bool = False) -> str:
-        """Settle a claimed run's message as ``d`` says (``slot``: and free its ended
-        job's slot, see :meth:`InFlight.claim_ended`); the words for its log line."""
-        m = run.message
-        try:
-            for before_settle in self.calls.before_settle:
-                before_settle(m, run.spec.name, run, d.settlement, d.reason)
-            outcome = self._settler.settle(m, d.settlement, d.reason, d.delay_ms)
-            for after_settle in self.calls.after_settle:
-                after_settle(m, outcome)
-        finally:  # only now may the run count as processed and leave the held set
-            run.future = run.queued = None  # its done callback refers to it: no cycle kept
-            self._flow.settled(run, slot=slot)
-        return outcome
-
-    def _settle_alone(self, m: ReceivedMessage, job: str | None, d: Decision) -> None:
-        """Settle a message that has no job log line (it never got a run, or never ran)."""
-        for before_settle in self.calls.before_settle:
-            before_settle(m, job, None, d.settlement, d.reason)
-        outcome = self._settler.settle(m, d.settlement, d.reason, d.delay_ms, warn=True)
-        for after_settle in self.calls.after_settle:
-            after_settle(m, outcome)
-        self._flow.count()
-
     # -- the end ---------------------------------------------------------------------------
 
     def drain(self, timeout_s: float) -> int:
@@ -415,11 +319,11 @@ class PullLoop:
         for run in stuck:
             if run.handed_off():  # runs elsewhere: the next dispatcher looks its outcome up
                 why = f"released: outcome still awaited after the {timeout_s:g} s drain"
-                self._settle_run(run, Decision(Settlement.RELEASE, why))
+                self._ends.settle_run(run, Decision(Settlement.RELEASE, why))
                 continue
             run.job.cancel("the dispatcher is shutting down")
             why = f"released: still running after the {timeout_s:g} s drain"
-            self._settle_run(run, Decision(Settlement.ABANDON, why))
+            self._ends.settle_run(run, Decision(Settlement.ABANDON, why))
         return len(stuck)
 
     def close(self) -> None:
