@@ -1,8 +1,8 @@
 """The dead-letter calls of the async contract: ``dead_letters``, ``requeue_dead``,
 ``purge_dead`` and ``count_pending`` awaited keep every sentence of
-``broker_adapter/base.py`` (the sync forms are checked sentence by sentence in
-``test_dead_letters_contract.py``; here each async call is checked against the sync
-broker of the same harness, the witness).
+``broker_adapter/dead_letter_contract.py`` (the sync forms are checked sentence by
+sentence in ``test_dead_letters_contract.py``; here each async call is checked
+against the sync broker of the same harness, the witness).
 
 Runs against every adapter of ``conftest.ADAPTERS`` through ``async_harness``.
 """

@@ -1,5 +1,6 @@
 """Dead letters and pending counts, sentence by sentence (``dead_letters``,
-``requeue_dead``, ``purge_dead`` and ``count_pending`` in ``broker_adapter/base.py``).
+``requeue_dead``, ``purge_dead`` and ``count_pending`` in
+``broker_adapter/dead_letter_contract.py``, which ``BrokerAdapter`` inherits).
 
 Runs against every adapter in ``conftest.ADAPTERS`` through the ``harness``
 fixture. Messages die in three ways here: ``dead_letter()``, a nack on the last
