@@ -29,7 +29,8 @@ The life of a schedule:
    loses no future occurrence; the unacked message is delivered again (at least
    once), and the repeated ``fire`` arms nothing new. A redelivery runs only its
    own occurrence: what it would catch up after it goes to messages of their own
-   (``_leave_to_own_messages``), since another process may have run those already.
+   (:class:`~scheduler.catch_up.CatchUp`), since another process may have run those
+   already.
 
 Checks at fire time (one ``query`` point lookup of the schedule's record per
 occurrence; the record is read and parsed again only when it changed):
@@ -63,9 +64,9 @@ from broker_adapter.errors import UnknownTopic
 from broker_adapter.message import Message
 from broker_adapter.results import AbortStatus, SendResult, SendStatus
 from scheduler.armed import ArmedOccurrences
+from scheduler.catch_up import LEFT_TO_OWN_MESSAGES, MISFIRE_SKIPPED, CatchUp
 from scheduler.errors import JobNotFound
 from scheduler.jobcall import JobCall
-from scheduler.misfire import MAX_COUNTED, resolve_misfires
 from scheduler.plan import Plan, jitter_ms
 from scheduler.schedule_def import ScheduleDef
 from scheduler.schedule_store import ScheduleStore
@@ -78,10 +79,6 @@ _log = logging.getLogger("chronoq.scheduler.CronPlanner")
 
 #: Occurrences armed per ``send_batch`` (big batches stall the broker's wheel).
 _CHUNK = 500
-#: The reason a delivery runs nothing under the misfire policy.
-MISFIRE_SKIPPED = "misfire policy skipped it"
-#: The reason a redelivery runs nothing: what it would catch up has messages of its own.
-LEFT_TO_OWN_MESSAGES = "its catch-up occurrences run from their own messages"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +115,7 @@ class CronPlanner:
         self._app = app
         #: Occurrences this planner armed (or found armed), per plan series.
         self.armed = ArmedOccurrences()
+        self._catch_up = CatchUp(self.armed, self._send)
         self._cron_plans: dict[str, tuple[CronSpec, Plan]] = {}
         self._def_plans: dict[str, tuple[ScheduleDef, Plan]] = {}
         self._def_specs: dict[str, tuple[Plan, JobSpec, CronSpec]] = {}
@@ -284,7 +282,7 @@ class CronPlanner:
             (:data:`~scheduler.plan.SCHEDULE_PROPERTY`).
         :param redelivery: whether this is not the message's first delivery: then the
             occurrences after its own that it would catch up go to messages of their
-            own (see :meth:`_leave_to_own_messages`).
+            own (see :class:`~scheduler.catch_up.CatchUp`).
         :returns: ``None`` when ``name`` is no schedule and the message is no stored
             schedule's occurrence (a plain job's message with a ``cron:`` key).
         """
@@ -361,63 +359,14 @@ class CronPlanner:
     def _fire_plan(
         self, plan: Plan, fire_ms: int, now_ms: int, redelivery: bool
     ) -> tuple[tuple[int, ...], str]:
-        """Arm ``plan``'s next occurrence and apply its misfire policy: returns what to
+        """Arm ``plan``'s next occurrence and apply its misfire policy
+        (:meth:`CatchUp.decide <scheduler.catch_up.CatchUp.decide>`): returns what to
         run here, and why nothing runs when nothing does."""
         now = max(now_ms, fire_ms)
         nxt = plan.next_after(now)
         if nxt is not None:
             self._send([(plan, nxt)])
-        decision = resolve_misfires(plan.trigger, fire_ms - 1, now, plan.policy)
-        cap = self.armed.first_after(plan.series, fire_ms)
-        run = tuple(t for t in decision.run if (cap is None or t < cap) and plan.in_window(t))
-        if redelivery and any(t != fire_ms for t in run):
-            run = self._leave_to_own_messages(plan, fire_ms, run)
-            if not run:
-                return run, LEFT_TO_OWN_MESSAGES
-        if cap is not None and cap <= now:
-            # A redelivery after later occurrences were armed: those run on their own.
-            due = plan.trigger.fire_times_between(fire_ms - 1, cap - 1, limit=MAX_COUNTED)
-            skipped = len(due) - len(run)
-        else:
-            skipped = decision.skipped
-        if not run:
-            _log.warning(
-                "schedule %s: skipped occurrence %s, %d ms late (misfire_grace_time=%s s); "
-                "%d occurrence(s) not run",
-                plan.name,
-                plan.trigger.local(fire_ms).isoformat(),
-                now - fire_ms,
-                plan.misfire.grace_s,
-                skipped,
-            )
-        elif skipped:
-            _log.info(
-                "schedule %s: %d ms late; running %d missed occurrence(s), %d not run "
-                "(coalesce=%s, misfire_grace_time=%s s)",
-                plan.name,
-                now - fire_ms,
-                len(run),
-                skipped,
-                plan.misfire.coalesce,
-                plan.misfire.grace_s,
-            )
-        return run, "" if run else MISFIRE_SKIPPED
-
-    def _leave_to_own_messages(
-        self, plan: Plan, fire_ms: int, run: tuple[int, ...]
-    ) -> tuple[int, ...]:
-        """A redelivered occurrence's catch-up: of ``run``, only ``fire_ms`` runs here.
-
-        Its first delivery already armed what came next, maybe in another process,
-        whose arming this planner cannot know (it remembers its own); the occurrences
-        after that then had messages of their own and ran. So every occurrence of
-        ``run`` after ``fire_ms`` is armed as its own message instead, which is
-        idempotent: one that had a message keeps it (the broker answers ``DUPLICATE``,
-        also after it fired), and one that had none (the first delivery was itself a
-        catch-up, cut short) gets one now, due at once.
-        """
-        self._send([(plan, t) for t in run if t != fire_ms])
-        return tuple(t for t in run if t == fire_ms)
+        return self._catch_up.decide(plan, fire_ms, now, redelivery)
 
 
 __all__ = ["LEFT_TO_OWN_MESSAGES", "MISFIRE_SKIPPED", "CronPlanner", "Firing", "jitter_ms"]
