@@ -20,27 +20,22 @@ so importing an app module is cheap and side-effect free.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
-import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, overload
 
-from broker_adapter.async_base import AsyncBrokerAdapter
 from broker_adapter.base import DEFAULT_MAX_ATTEMPTS, BrokerAdapter
-from broker_adapter.clock import Clock, SystemClock
-from broker_adapter.errors import BrokerClosed
-from broker_adapter.urls import open_broker
+from broker_adapter.clock import Clock
+from scheduler.app_broker import AppBroker
 from scheduler.app_calls import AppCalls
 from scheduler.decorators import ScheduleDecorators, job_options
 from scheduler.errors import InvalidSettings
 from scheduler.handles import JobHandle
 from scheduler.limits import RateLimit
-from scheduler.loop_rule import check_sync_call
 from scheduler.registry import JobRegistry
 from scheduler.runners import app_runner
 from scheduler.settings import Settings
@@ -52,22 +47,20 @@ from scheduler.spec import (
 )
 
 if TYPE_CHECKING:
-    from scheduler.async_client import AsyncClient
     from scheduler.cron import CronPlanner
     from scheduler.schedules import Schedules
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_log = logging.getLogger("chronoq.scheduler.Scheduler")
 
-
-class Scheduler(AppCalls, ScheduleDecorators):
+class Scheduler(AppBroker, AppCalls, ScheduleDecorators):
     """Jobs, cron jobs and the broker they are sent through.
 
     Every client call has an awaitable twin (``schedule_async``, ``cancel_async``,
     ..., :meth:`pending_async`): see :mod:`scheduler.async_client`; close with
-    :meth:`close` or ``await`` :meth:`aclose`.
+    :meth:`close` or ``await`` :meth:`aclose`. The broker, opened on first use, and
+    its lifetime are :class:`~scheduler.app_broker.AppBroker`'s.
 
     :param broker: a broker URL (overrides ``settings.broker_url``), an open
         :class:`~broker_adapter.base.BrokerAdapter` (used as given, never closed
@@ -112,61 +105,13 @@ class Scheduler(AppCalls, ScheduleDecorators):
                     )
             settings = dataclasses.replace(settings, **overrides)
         self._settings = settings
-        self._clock: Clock = clock if clock is not None else SystemClock()
-        self._given_clock = clock
-        self._broker: BrokerAdapter | None = None if isinstance(broker, str) else broker
-        self._owns_broker = not isinstance(broker, BrokerAdapter)
-        self._closed = False
-        self._lock = threading.Lock()
-        self._async_client: AsyncClient | None = None
+        self._hold_broker(broker if isinstance(broker, BrokerAdapter) else None, clock)
         self._registry = JobRegistry()
         self._handles: dict[str, JobHandle[Any, Any]] = {}
         from scheduler.cron import CronPlanner  # cron.py imports this module's names
 
         self._planner = CronPlanner(self)
         self._schedules: Schedules | None = None
-
-    # -- the brokers of client calls --------------------------------------------------
-
-    def client_broker(self, call: str) -> BrokerAdapter:
-        """:attr:`broker`, for sync client call ``call`` (e.g. ``"app.cancel"``), after
-        the loop rule (:mod:`scheduler.loop_rule`).
-
-        :raises SyncCallInEventLoop: inside a running event loop on a network broker;
-            the message names ``call``'s ``_async`` form.
-        :raises BrokerClosed: after :meth:`close`.
-        """
-        broker = self._broker
-        # The hot path of schedule(): an open broker on this machine is exempt from
-        # the loop rule (loop_rule.is_local), so no more calls are needed.
-        if broker is not None and not self._closed and getattr(broker, "local", False) is True:
-            return broker
-        broker = self.broker
-        check_sync_call(broker, call)
-        return broker
-
-    async def async_broker(self) -> AsyncBrokerAdapter:
-        """The async broker of the running event loop (:mod:`scheduler.async_client`),
-        opened on the loop's first call without blocking it.
-
-        :raises BrokerClosed: after :meth:`close` or :meth:`aclose`.
-        """
-        clients = self._async_client
-        if clients is None:
-            with self._lock:
-                if self._closed:
-                    raise BrokerClosed("this Scheduler is closed; create a new one")
-                if self._async_client is None:
-                    from scheduler.async_client import AsyncClient  # asyncio, on first use
-
-                    url = self._settings.broker_url if self._owns_broker else None
-                    self._async_client = AsyncClient(url, lambda: self.broker, self._clock_kwargs())
-                clients = self._async_client
-        return await clients.broker()
-
-    def _clock_kwargs(self) -> dict[str, Any]:
-        """What opening a broker passes on: the clock, when one was given."""
-        return {} if self._given_clock is None else {"clock": self._given_clock}
 
     # -- properties -----------------------------------------------------------------
 
@@ -179,11 +124,6 @@ class Scheduler(AppCalls, ScheduleDecorators):
     def registry(self) -> JobRegistry:
         """Registered jobs and cron jobs; dispatchers resolve job names here."""
         return self._registry
-
-    @property
-    def clock(self) -> Clock:
-        """The time source (the system clock unless one was given)."""
-        return self._clock
 
     @property
     def planner(self) -> CronPlanner:
@@ -201,56 +141,6 @@ class Scheduler(AppCalls, ScheduleDecorators):
 
             found = self._schedules = Schedules(self)
         return found
-
-    @property
-    def broker(self) -> BrokerAdapter:
-        """The broker, opened from ``settings.broker_url`` on first use.
-
-        :raises BrokerClosed: after :meth:`close`.
-        """
-        broker = self._broker
-        if broker is not None and not self._closed:
-            return broker
-        with self._lock:
-            if self._closed:
-                raise BrokerClosed("this Scheduler is closed; create a new one")
-            if self._broker is None:
-                url = self._settings.broker_url
-                self._broker = open_broker(url, **self._clock_kwargs())
-                _log.debug("opened broker %s", url)
-            return self._broker
-
-    @contextlib.contextmanager
-    def use_broker(
-        self, broker: BrokerAdapter, *, clock: Clock | None = None
-    ) -> Iterator[BrokerAdapter]:
-        """Send through ``broker`` (and read time from ``clock``, if given) inside the
-        ``with`` block, then restore what was there: how a test points an app built at
-        import at a ``memory://`` broker (the ``chronoq`` fixture of
-        :mod:`workers.testing` does). ``broker`` is used as given, never closed here;
-        a broker this app had opened stays open for after the block.
-
-        :raises TypeError: for a ``broker`` that is not a BrokerAdapter.
-        :raises BrokerClosed: after :meth:`close`.
-        """
-        if not isinstance(broker, BrokerAdapter):
-            raise TypeError(f"use_broker takes a BrokerAdapter, got {type(broker).__name__}")
-        with self._lock:
-            if self._closed:
-                raise BrokerClosed("this Scheduler is closed; create a new one")
-            saved = (self._broker, self._owns_broker, self._clock, self._given_clock)
-            saved_async = self._async_client
-            self._broker, self._owns_broker, self._async_client = broker, False, None
-            if clock is not None:
-                self._clock = self._given_clock = clock
-        try:
-            yield broker
-        finally:
-            with self._lock:
-                clients, self._async_client = self._async_client, saved_async
-                self._broker, self._owns_broker, self._clock, self._given_clock = saved
-            if clients is not None:  # it wrapped ``broker``: gone with the block
-                clients.close()
 
     def handle(self, name: str) -> JobHandle[Any, Any]:
         """The :class:`JobHandle` of the job registered here under ``name``.
@@ -372,37 +262,6 @@ class Scheduler(AppCalls, ScheduleDecorators):
         """
         app_runner()(self, stop_event=stop_event)
 
-    def close(self) -> None:
-        """Close the async clients (see :meth:`aclose`), then the broker if this
-        scheduler opened it (a broker passed in is left open). Closing twice is
-        harmless; using the broker afterwards raises
-        :class:`~broker_adapter.errors.BrokerClosed`.
-
-        Inside a running event loop prefer ``await app.aclose()``: this loop's
-        async client then closes before it returns, not as soon as the loop turns.
-        """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            broker, self._broker = self._broker, None
-            clients, self._async_client = self._async_client, None
-        if clients is not None:
-            clients.close()
-        if broker is not None and self._owns_broker:
-            broker.close()
-
-    async def aclose(self) -> None:
-        """Close the running loop's async client (awaited), then everything
-        :meth:`close` closes, on a thread: the loop never waits for RocksDB or a socket.
-        Closing twice is harmless."""
-        clients = self._async_client
-        if clients is not None:
-            await clients.aclose()
-        import asyncio  # lazily: import scheduler stays light
-
-        await asyncio.to_thread(self.close)
-
     def __enter__(self) -> Self:
         return self
 
@@ -415,10 +274,7 @@ class Scheduler(AppCalls, ScheduleDecorators):
         self.close()
 
     def __repr__(self) -> str:
-        return (
-            f"<Scheduler {self._settings.broker_url if self._owns_broker else self._broker!r} "
-            f"{len(self._registry)} jobs>"
-        )
+        return f"<Scheduler {self._broker_label()} {len(self._registry)} jobs>"
 
 
 __all__ = ["Scheduler"]
