@@ -17,21 +17,13 @@ primitive                   called with
 ``_consumer(g, ts, lim)``   a checked group, its topics without repeats, limits
 ``_stats()``                nothing
 ``_close()``                nothing; async sends are flushed, the broker marked closed
-``_reschedule(i, k, t,      one of ``id`` or (``key`` and ``topic``); a checked
-due, body)``                :class:`~broker_adapter.checks.NewDue` (the adapter resolves
-                            it on its clock); ``body`` bytes (size checked) or ``None``
-``_abort_prefix(t, p)``     a checked topic name and a non-empty prefix
-``_find_pending(t, p, tag,  checked filters (``p`` only with ``t``, the topic's name
-s, e, n, cursor, body)``    checked), ``n >= 1``; the adapter decodes its cursor
-``_acquire_rate(b, n, p)``  a checked bucket name, ``n >= 1``, ``p >= 1``
-``_acquire_slot(s, n, h,    checked names, ``n >= 1``, ``lease >= 1``
-lease)``
-``_release_slot(s, h)``     checked names
 ==========================  ==========================================================
 
-and the dead-letter primitives (``_dead_letters``, ``_requeue_dead``,
-``_purge_dead``, ``_count_pending``) of its base
-:class:`~broker_adapter.dead_letter_calls.DeadLetterCalls`, and may override
+the runtime primitives (``_reschedule``, ``_abort_prefix``, ``_find_pending``,
+``_acquire_rate``, ``_acquire_slot``, ``_release_slot``) of its base
+:class:`~broker_adapter.runtime_calls.RuntimeCalls`, and the dead-letter primitives
+(``_dead_letters``, ``_requeue_dead``, ``_purge_dead``, ``_count_pending``) of its
+base :class:`~broker_adapter.dead_letter_calls.DeadLetterCalls`, and may override
 ``_send_one`` (a single send with its own wire form), ``_submit`` (an async send
 path of its own), ``_flush`` (more to wait for), ``_before_close`` (work to
 finish while still open) and ``max_body_bytes`` (``None``: the adapter checks
@@ -58,14 +50,9 @@ from broker_adapter.base import (
     SendCallback,
 )
 from broker_adapter.checks import (
-    NewDue,
     check_abort_args,
-    check_find_args,
     check_int,
-    check_key_prefix,
-    check_name,
     check_pending_limit,
-    check_reschedule_args,
 )
 from broker_adapter.dead_letter_calls import DeadLetterCalls
 from broker_adapter.errors import BrokerClosed, InvalidArgument, InvalidMessage, MessageTooLarge
@@ -74,11 +61,9 @@ from broker_adapter.results import (
     AbortResult,
     BrokerStats,
     MessageView,
-    PendingPage,
-    PrefixAbortResult,
-    RescheduleResult,
     SendResult,
 )
+from broker_adapter.runtime_calls import RuntimeCalls
 
 log = logging.getLogger("chronoq.broker_adapter.AdapterBase")
 log.addHandler(logging.NullHandler())
@@ -125,7 +110,7 @@ def check_consumer_args(group: str, topics: Iterable[str], **limits: object) -> 
     return names
 
 
-class AdapterBase(DeadLetterCalls, BrokerAdapter):
+class AdapterBase(RuntimeCalls, DeadLetterCalls, BrokerAdapter):
     """The shared half of every adapter; see the module docstring for the primitives."""
 
     _closed = False
@@ -247,77 +232,6 @@ class AdapterBase(DeadLetterCalls, BrokerAdapter):
         self.check_open()
         return self._pending(topic, start_ms, end_ms, limit)
 
-    def reschedule(
-        self,
-        msg_id: str | None = None,
-        *,
-        key: str | None = None,
-        topic: str | None = None,
-        delay_ms: int | None = None,
-        deliver_at_ms: int | None = None,
-        body: bytes | None = None,
-    ) -> RescheduleResult:
-        """See :meth:`BrokerAdapter.reschedule`."""
-        due = check_reschedule_args(msg_id, key, topic, delay_ms, deliver_at_ms, body)
-        if topic is not None:
-            check_topic(topic)
-        if body is not None and self.max_body_bytes is not None and len(body) > self.max_body_bytes:
-            raise MessageTooLarge(len(body), self.max_body_bytes)
-        self.check_open()
-        return self._reschedule(msg_id, key, topic, due, body)
-
-    def abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
-        """See :meth:`BrokerAdapter.abort_prefix`."""
-        check_topic(topic)
-        check_key_prefix(key_prefix)
-        self.check_open()
-        return self._abort_prefix(topic, key_prefix)
-
-    def find_pending(
-        self,
-        topic: str | None = None,
-        *,
-        key_prefix: str | None = None,
-        tag: str | None = None,
-        start_ms: int | None = None,
-        end_ms: int | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-        with_body: bool = False,
-    ) -> PendingPage:
-        """See :meth:`BrokerAdapter.find_pending`."""
-        check_find_args(topic, key_prefix, tag, start_ms, end_ms, limit, cursor)
-        if topic is not None:
-            check_topic(topic, allow_system=True)
-        self.check_open()
-        return self._find_pending(
-            topic, key_prefix, tag, start_ms, end_ms, limit, cursor, bool(with_body)
-        )
-
-    def acquire_rate(self, bucket: str, limit: int, period_ms: int) -> int:
-        """See :meth:`BrokerAdapter.acquire_rate`."""
-        check_name("bucket", bucket)
-        check_int("limit", limit)
-        check_int("period_ms", period_ms)
-        self.check_open()
-        return self._acquire_rate(bucket, limit, period_ms)
-
-    def acquire_slot(self, name: str, limit: int, holder: str, lease_ms: int) -> bool:
-        """See :meth:`BrokerAdapter.acquire_slot`."""
-        check_name("name", name)
-        check_name("holder", holder)
-        check_int("limit", limit)
-        check_int("lease_ms", lease_ms)
-        self.check_open()
-        return self._acquire_slot(name, limit, holder, lease_ms)
-
-    def release_slot(self, name: str, holder: str) -> bool:
-        """See :meth:`BrokerAdapter.release_slot`."""
-        check_name("name", name)
-        check_name("holder", holder)
-        self.check_open()
-        return self._release_slot(name, holder)
-
     def consumer(
         self,
         group: str,
@@ -387,47 +301,6 @@ class AdapterBase(DeadLetterCalls, BrokerAdapter):
     @abc.abstractmethod
     def _close(self) -> None:
         """Release the adapter's resources (async sends are already complete)."""
-
-    @abc.abstractmethod
-    def _reschedule(
-        self,
-        msg_id: str | None,
-        key: str | None,
-        topic: str | None,
-        due: NewDue,
-        body: bytes | None,
-    ) -> RescheduleResult:
-        """Move the pending message by ``msg_id`` or by ``key`` on ``topic`` to ``due``."""
-
-    @abc.abstractmethod
-    def _abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
-        """Abort the pending messages of ``topic`` under ``key_prefix``, in bounded chunks."""
-
-    @abc.abstractmethod
-    def _find_pending(
-        self,
-        topic: str | None,
-        key_prefix: str | None,
-        tag: str | None,
-        start_ms: int | None,
-        end_ms: int | None,
-        limit: int,
-        cursor: str | None,
-        with_body: bool,
-    ) -> PendingPage:
-        """One page of pending messages in due order, with bounded work."""
-
-    @abc.abstractmethod
-    def _acquire_rate(self, bucket: str, limit: int, period_ms: int) -> int:
-        """Take a permit of ``bucket`` (0) or say how long to wait (ms)."""
-
-    @abc.abstractmethod
-    def _acquire_slot(self, name: str, limit: int, holder: str, lease_ms: int) -> bool:
-        """Take (or renew) ``holder``'s slot of ``name``."""
-
-    @abc.abstractmethod
-    def _release_slot(self, name: str, holder: str) -> bool:
-        """Give back ``holder``'s slot of ``name``."""
 
 
 __all__ = ["AdapterBase", "ConsumerLimits", "check_consumer_args", "check_messages"]

@@ -315,11 +315,11 @@ class AsyncAdapterBase(AsyncDeadLetterCalls, AsyncBrokerAdapter):
         due: NewDue,
         body: bytes | None,
     ) -> RescheduleResult:
-        """See :meth:`AdapterBase._reschedule <broker_adapter.adapter.AdapterBase._reschedule>`."""
+        """See :meth:`RuntimeCalls._reschedule <broker_adapter.runtime_calls.RuntimeCalls._reschedule>`."""
 
     @abc.abstractmethod
     async def _abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
-        """See :meth:`AdapterBase._abort_prefix <broker_adapter.adapter.AdapterBase._abort_prefix>`."""
+        """See :meth:`RuntimeCalls._abort_prefix <broker_adapter.runtime_calls.RuntimeCalls._abort_prefix>`."""
 
     @abc.abstractmethod
     async def _find_pending(
@@ -333,7 +333,7 @@ class AsyncAdapterBase(AsyncDeadLetterCalls, AsyncBrokerAdapter):
         cursor: str | None,
         with_body: bool,
     ) -> PendingPage:
-        """See :meth:`AdapterBase._find_pending <broker_adapter.adapter.AdapterBase._find_pending>`."""
+        """See :meth:`RuntimeCalls._find_pending <broker_adapter.runtime_calls.RuntimeCalls._find_pending>`."""
 
 
 __all__ = ["AsyncAdapterBase", "AsyncBrokerAdapter"]
