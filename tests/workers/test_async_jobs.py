@@ -72,7 +72,12 @@ def test_an_async_job_is_settled_off_the_loop(app: Scheduler) -> None:
         assert dispatcher.run_until_idle() == 1
     assert len(loop_threads) == 1 and len(settled_in) == 1
     assert settled_in[0] != loop_threads[0]
-    assert settled_in[0].startswith(loop_threads[0] + "-settle")
+    # The loop hands the job's end to its settle thread; a job that ended before the
+    # dispatcher attached its callback to the future is settled by the dispatcher's
+    # thread as it attaches it (a busy machine delays that thread): off the loop too.
+    assert settled_in[0].startswith(loop_threads[0] + "-settle") or (
+        settled_in[0] == threading.current_thread().name
+    )
 
 
 def test_the_job_context_and_copied_contextvars(app: Scheduler) -> None:
