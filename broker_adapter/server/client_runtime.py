@@ -16,68 +16,30 @@ A server that predates these calls is never sent one: the call raises
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker_adapter.checks import NewDue
-from broker_adapter.errors import ConnectionFailed, MessageTooLarge, UnknownTopic
-from broker_adapter.results import (
-    PendingPage,
-    PrefixAbortResult,
-    RescheduleResult,
-    RescheduleStatus,
-)
-from broker_adapter.server import find_merge
-from broker_adapter.server import values as V
+from broker_adapter.errors import ConnectionFailed
+from broker_adapter.results import PendingPage, PrefixAbortResult, RescheduleResult
+from broker_adapter.server import runtime_requests as RQ
 from broker_adapter.server.link import REQUEST_TIMEOUT_S
-from broker_adapter.server.routing import (
-    RATE_SPACE,
-    RESCHEDULE_RANK,
-    SLOT_SPACE,
-    key_index,
-    merge_prefix_aborts,
+from broker_adapter.server.routing import RATE_SPACE, SLOT_SPACE, key_index
+from broker_adapter.server.runtime_requests import (
+    ABORT_PREFIX_TIMEOUT_S,
+    find_args,
+    reschedule_args,
 )
 
 if TYPE_CHECKING:
     from broker_adapter.server.endpoint import Endpoint
 
-#: Bound on the answer to an ``abort_prefix``: it works through every matching key
-#: (about 100,000 a second here), far longer than other requests may take.
-ABORT_PREFIX_TIMEOUT_S = 600.0
-
-
-def reschedule_args(due: NewDue, body: bytes | None) -> dict[str, Any]:
-    """The timing and body arguments of a ``reschedule`` request."""
-    args: dict[str, Any] = {"delay": due.delay_ms, "at": due.deliver_at_ms}
-    if body is not None:
-        args["body"] = body
-    return args
-
-
-def find_args(
-    topic: str | None,
-    key_prefix: str | None,
-    tag: str | None,
-    start_ms: int | None,
-    end_ms: int | None,
-    limit: int,
-    with_body: bool,
-) -> dict[str, Any]:
-    """The arguments of a ``find_pending`` request but its cursor."""
-    return {
-        "topic": topic,
-        "prefix": key_prefix,
-        "tag": tag,
-        "start": start_ms,
-        "end": end_ms,
-        "limit": limit,
-        "body": with_body,
-    }
+R = TypeVar("R")
 
 
 class RemoteRuntimeCalls:
     """The runtime primitives of ``RemoteBroker`` (a mixin of it: it uses the client's
-    endpoints, id routing and connection handling)."""
+    endpoints, id routing and connection handling). What each call sends and how it
+    reads the replies is :mod:`~broker_adapter.server.runtime_requests`."""
 
     endpoints: list[Endpoint]
     multi: bool
@@ -106,6 +68,23 @@ class RemoteRuntimeCalls:
             ep.drop()
             raise
 
+    def _request(self, request: RQ.Request[Endpoint]) -> Any:
+        """Send one request of :mod:`runtime_requests` (its body checked first).
+
+        :raises MessageTooLarge: when its body exceeds the link's ``max_body``.
+        """
+        if request.body_len is not None:
+            RQ.check_body(request, request.ep.link(self.check_open).max_body)
+        timeout_s = REQUEST_TIMEOUT_S if request.timeout_s is None else request.timeout_s
+        return self._runtime(request.ep, request.op, request.args, timeout_s)
+
+    def _drive(self, steps: RQ.Steps[Endpoint, R]) -> R:
+        """Run a call of :mod:`runtime_requests` to its result, one request at a time."""
+        run = RQ.Run(steps)
+        while run.request is not None:
+            run.call(self._request)
+        return run.result
+
     def _reschedule(
         self,
         msg_id: str | None,
@@ -120,44 +99,11 @@ class RemoteRuntimeCalls:
         else:
             index = key_index(str(topic), str(key), len(self.endpoints))
             targets = [(self.endpoints[index], "")]
-        timing = reschedule_args(due, body)
-        best = RescheduleResult(RescheduleStatus.NOT_FOUND, msg_id, None)
-        for ep, raw in targets:
-            if body is not None:
-                limit = ep.link(self.check_open).max_body
-                if len(body) > limit:
-                    raise MessageTooLarge(len(body), limit)
-            where = {"id": raw} if msg_id is not None else {"key": key, "topic": topic}
-            result = V.decode_reschedule(self._runtime(ep, "reschedule", {**where, **timing}))
-            if msg_id is not None:
-                result = dataclasses.replace(result, msg_id=msg_id)
-            elif result.msg_id is not None:
-                result = dataclasses.replace(result, msg_id=self.tag(ep, result.msg_id))
-            if RESCHEDULE_RANK[result.status] < RESCHEDULE_RANK[best.status]:
-                best = result
-            if best.status is RescheduleStatus.RESCHEDULED:
-                break
-        return best
+        return self._drive(RQ.reschedule(targets, msg_id, key, topic, due, body, self.tag))
 
     def _abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
         """See :meth:`BrokerAdapter.abort_prefix` (every endpoint, answers summed)."""
-        answers = []
-        unknown: UnknownTopic | None = None
-        for ep in self.endpoints:
-            try:
-                answer = self._runtime(
-                    ep,
-                    "abort_prefix",
-                    {"topic": topic, "prefix": key_prefix},
-                    ABORT_PREFIX_TIMEOUT_S,
-                )
-            except UnknownTopic as e:
-                unknown = e
-                continue
-            answers.append(V.decode_prefix_abort(answer))
-        if not answers and unknown is not None:
-            raise unknown
-        return merge_prefix_aborts(answers)
+        return self._drive(RQ.abort_prefix(self.endpoints, topic, key_prefix))
 
     def _find_pending(
         self,
@@ -172,35 +118,7 @@ class RemoteRuntimeCalls:
     ) -> PendingPage:
         """See :meth:`BrokerAdapter.find_pending` (one due order over every endpoint)."""
         args = find_args(topic, key_prefix, tag, start_ms, end_ms, limit, with_body)
-        if not self.multi:
-            return V.decode_page(
-                self._runtime(self.endpoints[0], "find_pending", {**args, "cursor": cursor})
-            )
-        walks = find_merge.decode_cursor(cursor, len(self.endpoints))
-        pages: dict[int, PendingPage | None] = {}
-        unknown: UnknownTopic | None = None
-        for i, walk in enumerate(walks):
-            if walk.done:
-                continue
-            try:
-                answer = self._runtime(
-                    self.endpoints[i], "find_pending", {**args, "cursor": walk.cursor}
-                )
-            except UnknownTopic as e:
-                unknown, pages[i] = e, None
-                continue
-            pages[i] = V.decode_page(answer)
-        if unknown is not None and cursor is None and all(p is None for p in pages.values()):
-            raise unknown
-        takes = find_merge.plan(pages, limit)
-        fetched = {}
-        for i, (take, at) in find_merge.refetches(walks, pages, takes).items():
-            again = {**args, "limit": take, "cursor": at}  # just what goes out
-            answer = self._runtime(self.endpoints[i], "find_pending", again)
-            fetched[i] = V.decode_page(answer)
-        prefixes = [f"{ep.node}:" for ep in self.endpoints]
-        views, walks = find_merge.finish(walks, pages, takes, fetched, prefixes)
-        return PendingPage(views, find_merge.encode_cursor(walks))
+        return self._drive(RQ.find_pending(self.endpoints, self.multi, args, limit, cursor))
 
     def _acquire_rate(self, bucket: str, limit: int, period_ms: int) -> int:
         """See :meth:`BrokerAdapter.acquire_rate` (on the endpoint the bucket hashes to)."""
