@@ -32,14 +32,11 @@ from broker_adapter.adapter import check_messages
 from broker_adapter.checks import (
     NewDue,
     check_abort_args,
-    check_find_args,
-    check_key_prefix,
     check_pending_limit,
-    check_reschedule_args,
 )
 from broker_adapter.dead_letter_calls import AsyncDeadLetterCalls
-from broker_adapter.errors import BrokerClosed, MessageTooLarge
-from broker_adapter.message import Message, check_topic
+from broker_adapter.errors import BrokerClosed
+from broker_adapter.message import Message
 from broker_adapter.results import (
     AbortResult,
     BrokerStats,
@@ -50,6 +47,11 @@ from broker_adapter.results import (
     PrefixAbortResult,
     RescheduleResult,
     SendResult,
+)
+from broker_adapter.runtime_calls import (
+    check_abort_prefix_call,
+    check_find_call,
+    check_reschedule_call,
 )
 
 
@@ -237,18 +239,15 @@ class AsyncAdapterBase(AsyncDeadLetterCalls, AsyncBrokerAdapter):
         body: bytes | None = None,
     ) -> RescheduleResult:
         """See :meth:`BrokerAdapter.reschedule`."""
-        due = check_reschedule_args(msg_id, key, topic, delay_ms, deliver_at_ms, body)
-        if topic is not None:
-            check_topic(topic)
-        if body is not None and self.max_body_bytes is not None and len(body) > self.max_body_bytes:
-            raise MessageTooLarge(len(body), self.max_body_bytes)
+        due = check_reschedule_call(
+            msg_id, key, topic, delay_ms, deliver_at_ms, body, self.max_body_bytes
+        )
         self.check_open()
         return await self._reschedule(msg_id, key, topic, due, body)
 
     async def abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
         """See :meth:`BrokerAdapter.abort_prefix`."""
-        check_topic(topic)
-        check_key_prefix(key_prefix)
+        check_abort_prefix_call(topic, key_prefix)
         self.check_open()
         return await self._abort_prefix(topic, key_prefix)
 
@@ -265,9 +264,7 @@ class AsyncAdapterBase(AsyncDeadLetterCalls, AsyncBrokerAdapter):
         with_body: bool = False,
     ) -> PendingPage:
         """See :meth:`BrokerAdapter.find_pending`."""
-        check_find_args(topic, key_prefix, tag, start_ms, end_ms, limit, cursor)
-        if topic is not None:
-            check_topic(topic, allow_system=True)
+        check_find_call(topic, key_prefix, tag, start_ms, end_ms, limit, cursor)
         self.check_open()
         return await self._find_pending(
             topic, key_prefix, tag, start_ms, end_ms, limit, cursor, bool(with_body)

@@ -43,6 +43,60 @@ from broker_adapter.message import check_topic
 from broker_adapter.results import PendingPage, PrefixAbortResult, RescheduleResult
 
 
+def check_reschedule_call(
+    msg_id: object,
+    key: object,
+    topic: object,
+    delay_ms: object,
+    deliver_at_ms: object,
+    body: bytes | None,
+    max_body_bytes: int | None,
+) -> NewDue:
+    """Every check of a ``reschedule`` call, sync or async (``AsyncAdapterBase`` makes
+    them too); its due.
+
+    :raises InvalidArgument: see :func:`~broker_adapter.checks.check_reschedule_args`.
+    :raises InvalidTopic: for a bad topic name.
+    :raises MessageTooLarge: for a body over ``max_body_bytes``.
+    """
+    due = check_reschedule_args(msg_id, key, topic, delay_ms, deliver_at_ms, body)
+    if topic is not None:
+        check_topic(topic)
+    if body is not None and max_body_bytes is not None and len(body) > max_body_bytes:
+        raise MessageTooLarge(len(body), max_body_bytes)
+    return due
+
+
+def check_abort_prefix_call(topic: str, key_prefix: str) -> None:
+    """Every check of an ``abort_prefix`` call, sync or async.
+
+    :raises InvalidTopic: for a bad topic name.
+    :raises InvalidArgument: for an empty or non-str prefix.
+    """
+    check_topic(topic)
+    check_key_prefix(key_prefix)
+
+
+def check_find_call(
+    topic: str | None,
+    key_prefix: str | None,
+    tag: str | None,
+    start_ms: int | None,
+    end_ms: int | None,
+    limit: int,
+    cursor: str | None,
+) -> None:
+    """Every check of a ``find_pending`` call, sync or async (system topics may be
+    searched).
+
+    :raises InvalidArgument: see :func:`~broker_adapter.checks.check_find_args`.
+    :raises InvalidTopic: for a bad topic name.
+    """
+    check_find_args(topic, key_prefix, tag, start_ms, end_ms, limit, cursor)
+    if topic is not None:
+        check_topic(topic, allow_system=True)
+
+
 class RuntimeCalls(abc.ABC):
     """The runtime calls of :class:`~broker_adapter.adapter.AdapterBase` (a base of it)."""
 
@@ -62,18 +116,15 @@ class RuntimeCalls(abc.ABC):
         body: bytes | None = None,
     ) -> RescheduleResult:
         """See :meth:`BrokerAdapter.reschedule <broker_adapter.base.BrokerAdapter.reschedule>`."""
-        due = check_reschedule_args(msg_id, key, topic, delay_ms, deliver_at_ms, body)
-        if topic is not None:
-            check_topic(topic)
-        if body is not None and self.max_body_bytes is not None and len(body) > self.max_body_bytes:
-            raise MessageTooLarge(len(body), self.max_body_bytes)
+        due = check_reschedule_call(
+            msg_id, key, topic, delay_ms, deliver_at_ms, body, self.max_body_bytes
+        )
         self.check_open()
         return self._reschedule(msg_id, key, topic, due, body)
 
     def abort_prefix(self, topic: str, key_prefix: str) -> PrefixAbortResult:
         """See :meth:`BrokerAdapter.abort_prefix <broker_adapter.base.BrokerAdapter.abort_prefix>`."""
-        check_topic(topic)
-        check_key_prefix(key_prefix)
+        check_abort_prefix_call(topic, key_prefix)
         self.check_open()
         return self._abort_prefix(topic, key_prefix)
 
@@ -90,9 +141,7 @@ class RuntimeCalls(abc.ABC):
         with_body: bool = False,
     ) -> PendingPage:
         """See :meth:`BrokerAdapter.find_pending <broker_adapter.base.BrokerAdapter.find_pending>`."""
-        check_find_args(topic, key_prefix, tag, start_ms, end_ms, limit, cursor)
-        if topic is not None:
-            check_topic(topic, allow_system=True)
+        check_find_call(topic, key_prefix, tag, start_ms, end_ms, limit, cursor)
         self.check_open()
         return self._find_pending(
             topic, key_prefix, tag, start_ms, end_ms, limit, cursor, bool(with_body)
